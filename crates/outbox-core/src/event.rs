@@ -1,0 +1,652 @@
+use std::fmt;
+use std::time::SystemTime;
+
+use crate::header::{HeaderValue, Headers, is_reserved};
+use crate::{EventError, EventId, Result};
+
+/// Content type of payloads built by [`NewEvent::json`].
+pub const CONTENT_TYPE_JSON: &str = "application/json";
+
+/// The most bytes an event type may have: it is the default routing key, an AMQP short string.
+const MAX_EVENT_TYPE: usize = 255;
+/// The most bytes an entity key may have.
+const MAX_ENTITY_KEY: usize = 255;
+/// The most bytes a correlation or causation id may have (AMQP short string).
+const MAX_ID: usize = 255;
+/// The most bytes a header name may have.
+const MAX_HEADER_NAME: usize = 128;
+
+/// Size limits applied by [`NewEvent::validate`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    max_payload_bytes: usize,
+    max_header_bytes: usize,
+}
+
+impl Limits {
+    /// Default maximum payload: 1 MiB.
+    pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 1024 * 1024;
+    /// Default maximum size of the extra headers: 16 KiB.
+    pub const DEFAULT_MAX_HEADER_BYTES: usize = 16 * 1024;
+
+    /// Sets the maximum payload size in bytes. Defaults to 1 MiB.
+    #[must_use]
+    pub const fn max_payload_bytes(mut self, bytes: usize) -> Self {
+        self.max_payload_bytes = bytes;
+        self
+    }
+
+    /// Sets the maximum size of the extra headers (names plus values) in bytes. Defaults to 16 KiB.
+    #[must_use]
+    pub const fn max_header_bytes(mut self, bytes: usize) -> Self {
+        self.max_header_bytes = bytes;
+        self
+    }
+
+    /// The maximum payload size in bytes.
+    pub const fn payload_limit(&self) -> usize {
+        self.max_payload_bytes
+    }
+
+    /// The maximum size of the extra headers in bytes.
+    pub const fn header_limit(&self) -> usize {
+        self.max_header_bytes
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_payload_bytes: Self::DEFAULT_MAX_PAYLOAD_BYTES,
+            max_header_bytes: Self::DEFAULT_MAX_HEADER_BYTES,
+        }
+    }
+}
+
+/// The body of an event and its content type. Its `Debug` shows the size only, never the bytes.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Payload {
+    bytes: Vec<u8>,
+    content_type: String,
+}
+
+impl Payload {
+    /// Raw bytes with their content type.
+    pub fn new(bytes: impl Into<Vec<u8>>, content_type: impl Into<String>) -> Self {
+        Self {
+            bytes: bytes.into(),
+            content_type: content_type.into(),
+        }
+    }
+
+    /// The bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Takes the bytes out.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.bytes
+    }
+
+    /// The content type, for example `application/json`.
+    pub fn content_type(&self) -> &str {
+        &self.content_type
+    }
+
+    /// Parses a JSON payload into `T`.
+    ///
+    /// # Errors
+    /// The serde error if the bytes are not valid JSON for `T`.
+    pub fn json<T: serde::de::DeserializeOwned>(&self) -> serde_json::Result<T> {
+        serde_json::from_slice(&self.bytes)
+    }
+}
+
+impl fmt::Debug for Payload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Payload")
+            .field("len", &self.bytes.len())
+            .field("content_type", &self.content_type)
+            .finish()
+    }
+}
+
+/// The entity an ordered event belongs to, and its place in that entity's sequence.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Entity {
+    /// The entity key, for example `order-42`.
+    pub key: String,
+    /// Gapless sequence number within the entity, starting at 1, in commit order.
+    pub seq: u64,
+}
+
+/// An event to be written to the outbox, built by the producer.
+///
+/// Nothing is checked while building; [`NewEvent::validate`] (called by the producer's `enqueue`
+/// before any SQL) checks everything and returns a typed [`EventError`].
+///
+/// ```
+/// use outbox_core::{NewEvent, Payload};
+///
+/// let json = NewEvent::json("order.shipped", &serde_json::json!({ "order": 42 }))?
+///     .version(2)
+///     .entity("order-42")
+///     .causation_id("cmd-1")
+///     .header("tenant", "acme");
+/// let raw = NewEvent::new("image.resized", Payload::new(vec![1, 2, 3], "application/octet-stream"));
+/// assert_eq!(json.event_version(), 2);
+/// assert!(raw.entity_key().is_none());
+/// # Ok::<(), outbox_core::EventError>(())
+/// ```
+#[derive(Clone, PartialEq)]
+pub struct NewEvent {
+    id: EventId,
+    event_type: String,
+    event_version: u32,
+    entity_key: Option<String>,
+    payload: Payload,
+    correlation_id: Option<String>,
+    causation_id: Option<String>,
+    traceparent: Option<String>,
+    headers: Headers,
+}
+
+impl NewEvent {
+    /// An event with a raw payload. The id is minted now; the version defaults to 1.
+    pub fn new(event_type: impl Into<String>, payload: Payload) -> Self {
+        Self {
+            id: EventId::new(),
+            event_type: event_type.into(),
+            event_version: 1,
+            entity_key: None,
+            payload,
+            correlation_id: None,
+            causation_id: None,
+            traceparent: None,
+            headers: Headers::new(),
+        }
+    }
+
+    /// An event whose payload is `value` serialized as JSON (`application/json`).
+    ///
+    /// # Errors
+    /// [`EventError::PayloadSerialization`] if `value` cannot be serialized.
+    pub fn json<T: serde::Serialize + ?Sized>(
+        event_type: impl Into<String>,
+        value: &T,
+    ) -> Result<Self> {
+        let bytes = serde_json::to_vec(value).map_err(|e| EventError::PayloadSerialization {
+            category: match e.classify() {
+                serde_json::error::Category::Io => "io",
+                serde_json::error::Category::Syntax => "syntax",
+                serde_json::error::Category::Data => "data",
+                serde_json::error::Category::Eof => "eof",
+            },
+        })?;
+        Ok(Self::new(
+            event_type,
+            Payload::new(bytes, CONTENT_TYPE_JSON),
+        ))
+    }
+
+    /// Sets the event id, for a caller that must know or choose it up front. Defaults to a new
+    /// UUID v7.
+    #[must_use]
+    pub fn id(mut self, id: EventId) -> Self {
+        self.id = id;
+        self
+    }
+
+    /// Sets the schema version of the payload (at least 1). Defaults to 1.
+    #[must_use]
+    pub fn version(mut self, version: u32) -> Self {
+        self.event_version = version;
+        self
+    }
+
+    /// Makes the event ordered within `key`: it gets the entity's next sequence number at enqueue
+    /// time, and is published only after its predecessor is confirmed. Defaults to none (unordered).
+    #[must_use]
+    pub fn entity(mut self, key: impl Into<String>) -> Self {
+        self.entity_key = Some(key.into());
+        self
+    }
+
+    /// Sets the correlation id (AMQP `correlation_id`). Defaults to none.
+    #[must_use]
+    pub fn correlation_id(mut self, id: impl Into<String>) -> Self {
+        self.correlation_id = Some(id.into());
+        self
+    }
+
+    /// Sets the causation id (header `x-causation-id`). Defaults to none.
+    #[must_use]
+    pub fn causation_id(mut self, id: impl Into<String>) -> Self {
+        self.causation_id = Some(id.into());
+        self
+    }
+
+    /// Sets the W3C trace context (header `traceparent`). Defaults to none.
+    #[must_use]
+    pub fn traceparent(mut self, traceparent: impl Into<String>) -> Self {
+        self.traceparent = Some(traceparent.into());
+        self
+    }
+
+    /// Adds an extra header (string, integer or boolean). Defaults to none.
+    #[must_use]
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<HeaderValue>) -> Self {
+        self.headers.insert(name.into(), value.into());
+        self
+    }
+
+    /// The event id.
+    pub fn event_id(&self) -> EventId {
+        self.id
+    }
+    /// The event type.
+    pub fn event_type(&self) -> &str {
+        &self.event_type
+    }
+    /// The schema version.
+    pub fn event_version(&self) -> u32 {
+        self.event_version
+    }
+    /// The entity key, if the event is ordered.
+    pub fn entity_key(&self) -> Option<&str> {
+        self.entity_key.as_deref()
+    }
+    /// The payload.
+    pub fn payload(&self) -> &Payload {
+        &self.payload
+    }
+    /// The correlation id.
+    pub fn correlation(&self) -> Option<&str> {
+        self.correlation_id.as_deref()
+    }
+    /// The causation id.
+    pub fn causation(&self) -> Option<&str> {
+        self.causation_id.as_deref()
+    }
+    /// The trace context.
+    pub fn trace_context(&self) -> Option<&str> {
+        self.traceparent.as_deref()
+    }
+    /// The extra headers.
+    pub fn headers(&self) -> &Headers {
+        &self.headers
+    }
+
+    /// Checks every field against the wire contract and `limits`.
+    ///
+    /// # Errors
+    /// The first [`EventError`] found.
+    pub fn validate(&self, limits: &Limits) -> Result<()> {
+        validate_event_type(&self.event_type)?;
+        if self.event_version == 0 {
+            return Err(EventError::InvalidVersion);
+        }
+        if let Some(key) = &self.entity_key {
+            validate_entity_key(key)?;
+        }
+        let size = self.payload.bytes.len();
+        if size > limits.max_payload_bytes {
+            return Err(EventError::PayloadTooLarge {
+                size,
+                max: limits.max_payload_bytes,
+            });
+        }
+        let ct = &self.payload.content_type;
+        if ct.is_empty() || ct.len() > 255 || !ct.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+            return Err(EventError::InvalidContentType);
+        }
+        validate_id("correlation_id", self.correlation_id.as_deref())?;
+        validate_id("causation_id", self.causation_id.as_deref())?;
+        if let Some(tp) = &self.traceparent {
+            validate_traceparent(tp)?;
+        }
+        validate_headers(&self.headers, limits.max_header_bytes)
+    }
+
+    /// Turns the event into the stored form, as the relay will read it back.
+    pub fn into_event(self, seq: Option<u64>, created_at: SystemTime) -> Event {
+        Event {
+            id: self.id,
+            event_type: self.event_type,
+            event_version: self.event_version,
+            entity: match (self.entity_key, seq) {
+                (Some(key), Some(seq)) => Some(Entity { key, seq }),
+                _ => None,
+            },
+            payload: self.payload,
+            correlation_id: self.correlation_id,
+            causation_id: self.causation_id,
+            traceparent: self.traceparent,
+            headers: self.headers,
+            created_at,
+        }
+    }
+}
+
+impl fmt::Debug for NewEvent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NewEvent")
+            .field("id", &self.id)
+            .field("event_type", &self.event_type)
+            .field("event_version", &self.event_version)
+            .field("entity_key", &self.entity_key)
+            .field("payload", &self.payload)
+            .field("correlation_id", &self.correlation_id)
+            .field("causation_id", &self.causation_id)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// An event as stored in the outbox and as carried on the wire: what the relay publishes and what
+/// a consumer's handler receives. Its `Debug` never shows the payload bytes or header values.
+#[derive(Clone, PartialEq)]
+pub struct Event {
+    /// The event id, the same on every attempt.
+    pub id: EventId,
+    /// The event type (default routing key).
+    pub event_type: String,
+    /// The payload's schema version, at least 1.
+    pub event_version: u32,
+    /// The entity and sequence, for ordered events.
+    pub entity: Option<Entity>,
+    /// The payload and its content type.
+    pub payload: Payload,
+    /// The correlation id.
+    pub correlation_id: Option<String>,
+    /// The causation id.
+    pub causation_id: Option<String>,
+    /// The W3C trace context.
+    pub traceparent: Option<String>,
+    /// Extra headers (on the consumer side, also whatever the broker added).
+    pub headers: Headers,
+    /// When the event was created (the enqueuing transaction's time), millisecond precision on the wire.
+    pub created_at: SystemTime,
+}
+
+impl fmt::Debug for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Event")
+            .field("id", &self.id)
+            .field("event_type", &self.event_type)
+            .field("event_version", &self.event_version)
+            .field("entity", &self.entity)
+            .field("payload", &self.payload)
+            .field("correlation_id", &self.correlation_id)
+            .field("causation_id", &self.causation_id)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("created_at", &self.created_at)
+            .finish_non_exhaustive()
+    }
+}
+
+fn has_control(s: &str) -> bool {
+    s.chars().any(char::is_control)
+}
+
+pub(crate) fn validate_event_type(t: &str) -> Result<()> {
+    if t.is_empty() {
+        return Err(EventError::EmptyEventType);
+    }
+    if t.len() > MAX_EVENT_TYPE {
+        return Err(EventError::EventTypeTooLong {
+            len: t.len(),
+            max: MAX_EVENT_TYPE,
+        });
+    }
+    if t.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Err(EventError::InvalidEventType);
+    }
+    Ok(())
+}
+
+pub(crate) fn validate_entity_key(key: &str) -> Result<()> {
+    if key.is_empty() {
+        return Err(EventError::EmptyEntityKey);
+    }
+    if key.len() > MAX_ENTITY_KEY {
+        return Err(EventError::EntityKeyTooLong {
+            len: key.len(),
+            max: MAX_ENTITY_KEY,
+        });
+    }
+    if has_control(key) {
+        return Err(EventError::InvalidEntityKey);
+    }
+    Ok(())
+}
+
+fn validate_id(field: &'static str, id: Option<&str>) -> Result<()> {
+    match id {
+        Some(id) if id.is_empty() || id.len() > MAX_ID || has_control(id) => {
+            Err(EventError::InvalidId { field })
+        }
+        _ => Ok(()),
+    }
+}
+
+pub(crate) fn validate_traceparent(tp: &str) -> Result<()> {
+    let parts: Vec<&str> = tp.split('-').collect();
+    let lower_hex = |s: &str, n: usize| {
+        s.len() == n && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    };
+    let ok = parts.len() == 4
+        && lower_hex(parts[0], 2)
+        && parts[0] != "ff"
+        && lower_hex(parts[1], 32)
+        && parts[1].bytes().any(|b| b != b'0')
+        && lower_hex(parts[2], 16)
+        && parts[2].bytes().any(|b| b != b'0')
+        && lower_hex(parts[3], 2);
+    if ok {
+        Ok(())
+    } else {
+        Err(EventError::InvalidTraceparent)
+    }
+}
+
+fn validate_headers(headers: &Headers, max_bytes: usize) -> Result<()> {
+    let mut size = 0usize;
+    for (name, value) in headers {
+        if name.is_empty()
+            || name.len() > MAX_HEADER_NAME
+            || !name.bytes().all(|b| b.is_ascii_graphic())
+        {
+            return Err(EventError::InvalidHeaderName {
+                name: name.escape_default().to_string(),
+            });
+        }
+        if is_reserved(name) {
+            return Err(EventError::ReservedHeader { name: name.clone() });
+        }
+        if !value.is_producer_value() {
+            return Err(EventError::UnsupportedHeaderValue {
+                name: name.clone(),
+                type_name: value.type_name(),
+            });
+        }
+        size += name.len()
+            + match value {
+                HeaderValue::String(s) => s.len(),
+                _ => 8,
+            };
+    }
+    if size > max_bytes {
+        return Err(EventError::HeadersTooLarge {
+            size,
+            max: max_bytes,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECRET: &str = "SECRET-PAYLOAD-4f1c";
+
+    fn ok_event() -> NewEvent {
+        NewEvent::json("order.placed", &serde_json::json!({ "secret": SECRET }))
+            .expect("serializable")
+    }
+
+    fn invalid_events() -> Vec<(NewEvent, fn(&EventError) -> bool)> {
+        vec![
+            (ok_event().version(0), |e| {
+                matches!(e, EventError::InvalidVersion)
+            }),
+            (NewEvent::json("", &1).expect("json"), |e| {
+                matches!(e, EventError::EmptyEventType)
+            }),
+            (NewEvent::json("t".repeat(256), &1).expect("json"), |e| {
+                matches!(e, EventError::EventTypeTooLong { len: 256, max: 255 })
+            }),
+            (NewEvent::json("a b", &1).expect("json"), |e| {
+                matches!(e, EventError::InvalidEventType)
+            }),
+            (ok_event().entity(""), |e| {
+                matches!(e, EventError::EmptyEntityKey)
+            }),
+            (ok_event().entity("k".repeat(256)), |e| {
+                matches!(e, EventError::EntityKeyTooLong { len: 256, max: 255 })
+            }),
+            (ok_event().entity("a\nb"), |e| {
+                matches!(e, EventError::InvalidEntityKey)
+            }),
+            (NewEvent::new("t", Payload::new(vec![], "")), |e| {
+                matches!(e, EventError::InvalidContentType)
+            }),
+            (ok_event().header("x-seq", 1), |e| {
+                matches!(e, EventError::ReservedHeader { .. })
+            }),
+            (ok_event().header("X-Entity", "k"), |e| {
+                matches!(e, EventError::ReservedHeader { .. })
+            }),
+            (ok_event().header("x-outbox-anything", "k"), |e| {
+                matches!(e, EventError::ReservedHeader { .. })
+            }),
+            (ok_event().header("x-death", "k"), |e| {
+                matches!(e, EventError::ReservedHeader { .. })
+            }),
+            (ok_event().header("", "v"), |e| {
+                matches!(e, EventError::InvalidHeaderName { .. })
+            }),
+            (ok_event().header("has space", "v"), |e| {
+                matches!(e, EventError::InvalidHeaderName { .. })
+            }),
+            (ok_event().header("ünicode", "v"), |e| {
+                matches!(e, EventError::InvalidHeaderName { .. })
+            }),
+            (ok_event().header("h".repeat(129), "v"), |e| {
+                matches!(e, EventError::InvalidHeaderName { .. })
+            }),
+            (ok_event().header("f", HeaderValue::Float(1.5)), |e| {
+                matches!(
+                    e,
+                    EventError::UnsupportedHeaderValue {
+                        type_name: "float",
+                        ..
+                    }
+                )
+            }),
+            (ok_event().header("big", "v".repeat(17 * 1024)), |e| {
+                matches!(e, EventError::HeadersTooLarge { .. })
+            }),
+            (ok_event().correlation_id(""), |e| {
+                matches!(
+                    e,
+                    EventError::InvalidId {
+                        field: "correlation_id"
+                    }
+                )
+            }),
+            (ok_event().causation_id("c".repeat(256)), |e| {
+                matches!(
+                    e,
+                    EventError::InvalidId {
+                        field: "causation_id"
+                    }
+                )
+            }),
+            (ok_event().traceparent("00-abc-def-01"), |e| {
+                matches!(e, EventError::InvalidTraceparent)
+            }),
+        ]
+    }
+
+    #[test]
+    fn valid_events_pass() {
+        ok_event().validate(&Limits::default()).expect("valid");
+        ok_event()
+            .entity("order-1")
+            .version(3)
+            .correlation_id("c")
+            .causation_id("d")
+            .traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+            .header("tenant", "acme")
+            .header("priority", 5)
+            .header("urgent", true)
+            .validate(&Limits::default())
+            .expect("valid");
+        // Exactly at the limits.
+        NewEvent::json("t".repeat(255), &1)
+            .expect("json")
+            .entity("k".repeat(255))
+            .validate(&Limits::default())
+            .expect("valid at the limit");
+    }
+
+    #[test]
+    fn every_invalid_event_has_its_typed_error() {
+        for (event, expected) in invalid_events() {
+            let err = event
+                .validate(&Limits::default())
+                .expect_err("must be rejected");
+            assert!(expected(&err), "unexpected error {err:?} for {event:?}");
+        }
+        let big = NewEvent::new("t", Payload::new(vec![b'x'; 17], "text/plain"));
+        let err = big
+            .validate(&Limits::default().max_payload_bytes(16))
+            .expect_err("too large");
+        assert_eq!(err, EventError::PayloadTooLarge { size: 17, max: 16 });
+        let default_max = NewEvent::new(
+            "t",
+            Payload::new(vec![0; Limits::DEFAULT_MAX_PAYLOAD_BYTES + 1], "a/b"),
+        );
+        assert!(matches!(
+            default_max.validate(&Limits::default()),
+            Err(EventError::PayloadTooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn errors_and_debug_never_show_the_payload() {
+        let limits = Limits::default().max_payload_bytes(8);
+        let event = ok_event().header("x-seq", SECRET);
+        let err = event.validate(&limits).expect_err("too large");
+        for text in [err.to_string(), format!("{err:?}"), format!("{event:?}")] {
+            assert!(
+                !text.contains(SECRET),
+                "payload or header value leaked: {text}"
+            );
+        }
+        let stored = event.into_event(Some(1), SystemTime::now());
+        assert!(!format!("{stored:?}").contains(SECRET));
+    }
+
+    #[test]
+    fn serialization_failure_is_typed_without_message() {
+        let mut map = std::collections::HashMap::new();
+        map.insert(vec![1u8], SECRET);
+        let err = NewEvent::json("t", &map).expect_err("non-string keys cannot be JSON");
+        assert!(matches!(err, EventError::PayloadSerialization { .. }));
+        assert!(!err.to_string().contains(SECRET));
+    }
+}

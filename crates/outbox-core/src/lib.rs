@@ -1,0 +1,42 @@
+//! Pure types of the transactional outbox: no I/O, no database, no broker.
+//!
+//! `outbox-core` is shared by the producer side (`outbox-producer`), the consumer side
+//! (`outbox-consumer`) and the testkit. It holds:
+//!
+//! - [`EventId`] (UUID v7) and the [`NewEvent`] builder a producer fills in, validated by
+//!   [`NewEvent::validate`] before any SQL runs;
+//! - [`Event`], an event as stored in the outbox and as decoded from the wire;
+//! - the [`Status`] lifecycle of an outbox row and the [`FailureKind`] classification;
+//! - the [`RetryPolicy`] that turns a failure into "retry at T" or "quarantine";
+//! - the wire contract v1 ([`wire`]) between an [`Event`] and AMQP properties and headers.
+//!
+//! ```
+//! use outbox_core::{Limits, NewEvent};
+//!
+//! #[derive(serde::Serialize)]
+//! struct OrderPlaced { order_id: u64, total_cents: u64 }
+//!
+//! let event = NewEvent::json("order.placed", &OrderPlaced { order_id: 42, total_cents: 1999 })?
+//!     .entity("order-42")
+//!     .correlation_id("req-7f3a");
+//! event.validate(&Limits::default())?;
+//! assert_eq!(event.event_type(), "order.placed");
+//! # Ok::<(), outbox_core::EventError>(())
+//! ```
+
+mod error;
+mod event;
+mod failure;
+mod header;
+mod id;
+mod retry;
+mod status;
+pub mod wire;
+
+pub use error::{EventError, Result};
+pub use event::{CONTENT_TYPE_JSON, Entity, Event, Limits, NewEvent, Payload};
+pub use failure::FailureKind;
+pub use header::{HeaderValue, Headers, RESERVED_HEADERS};
+pub use id::EventId;
+pub use retry::{QuarantineReason, RetryDecision, RetryPolicy};
+pub use status::{ParseStatusError, Status};
