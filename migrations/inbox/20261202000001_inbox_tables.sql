@@ -24,7 +24,7 @@ CREATE TABLE inbox_events (
     -- The event's content, kept only while the row is parked or failed (so it can be handled
     -- without another delivery) and cleared once it is processed.
     event_type       text        NULL,
-    event_version    integer     NULL,
+    event_version    bigint      NULL,
     content_type     text        NULL,
     payload          bytea       NULL,
     headers          jsonb       NULL,

@@ -9,7 +9,7 @@ CREATE TABLE outbox_events (
     -- Event id, UUID v7. The same id is used for every publish attempt (G3).
     id               uuid        PRIMARY KEY,
     event_type       text        NOT NULL CHECK (length(event_type) BETWEEN 1 AND 255),
-    event_version    integer     NOT NULL CHECK (event_version >= 1),
+    event_version    bigint      NOT NULL CHECK (event_version BETWEEN 1 AND 4294967295),
     -- Ordering key. NULL for unordered events, which carry no sequence.
     entity_key       text        NULL CHECK (octet_length(entity_key) BETWEEN 1 AND 255),
     -- Gapless per-entity sequence 1, 2, 3... in commit order (G4); NULL iff entity_key is NULL.

@@ -128,6 +128,10 @@ pub enum DecodeError {
     /// Neither `x-created-at-ms` nor `timestamp` is present.
     #[error("message has neither x-created-at-ms nor timestamp")]
     MissingCreatedAt,
+    /// Without `x-created-at-ms`, the `timestamp` property is beyond what unix milliseconds in an
+    /// `i64` can carry.
+    #[error("timestamp is out of range")]
+    InvalidTimestamp,
 }
 
 impl DecodeError {
@@ -142,6 +146,7 @@ impl DecodeError {
             Self::MissingHeader(_) => "missing_header",
             Self::InvalidHeader { .. } => "invalid_header",
             Self::MissingCreatedAt => "missing_created_at",
+            Self::InvalidTimestamp => "invalid_timestamp",
         }
     }
 }
@@ -149,7 +154,7 @@ impl DecodeError {
 fn unix_millis(t: SystemTime) -> i64 {
     match t.duration_since(SystemTime::UNIX_EPOCH) {
         Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
-        Err(e) => -i64::try_from(e.duration().as_millis()).unwrap_or(i64::MAX),
+        Err(e) => i64::try_from(e.duration().as_millis()).map_or(i64::MIN, |ms| -ms),
     }
 }
 
@@ -293,7 +298,11 @@ pub fn decode(message: WireMessage) -> Result<Event, DecodeError> {
         Some(ms) => from_unix_millis(ms),
         None => {
             let secs = properties.timestamp.ok_or(DecodeError::MissingCreatedAt)?;
-            SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+            let ms = secs
+                .checked_mul(1000)
+                .and_then(|ms| i64::try_from(ms).ok())
+                .ok_or(DecodeError::InvalidTimestamp)?;
+            from_unix_millis(ms)
         }
     };
     let causation_id = take_string(&mut headers, HEADER_CAUSATION_ID)?;

@@ -1,1 +1,37 @@
-//! placeholder
+//! The producer side of the transactional outbox.
+//!
+//! A service writes its business change and its events in one PostgreSQL transaction with
+//! [`Outbox::enqueue`]; the relay (a later part of this crate) publishes them to RabbitMQ.
+//!
+//! ```no_run
+//! use outbox_core::NewEvent;
+//! use outbox_producer::{migrate, Outbox};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let pool = sqlx::PgPool::connect("postgres://postgres@127.0.0.1/app").await?;
+//! migrate(&pool).await?; // tracked in `_outbox_migrations`, not in `_sqlx_migrations`
+//!
+//! let outbox = Outbox::new();
+//! let mut tx = pool.begin().await?;
+//! sqlx::query("INSERT INTO orders (id, total_cents) VALUES ($1, $2)")
+//!     .bind(42_i64)
+//!     .bind(1999_i64)
+//!     .execute(&mut *tx)
+//!     .await?;
+//! outbox
+//!     .enqueue(&mut *tx, NewEvent::json("order.placed", &serde_json::json!({ "id": 42 }))?.entity("order-42"))
+//!     .await?;
+//! tx.commit().await?; // the event exists if and only if this commit succeeds
+//! # Ok(()) }
+//! ```
+
+mod enqueue;
+mod error;
+mod migrate;
+
+pub use enqueue::{Outbox, OutboxBuilder};
+pub use error::{Error, Result};
+pub use migrate::{MIGRATIONS_TABLE, migrate, migrator};
+
+/// The channel on which the outbox notifies the relay after a commit that enqueued events.
+pub const NOTIFY_CHANNEL: &str = "outbox_events";

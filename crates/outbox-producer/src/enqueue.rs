@@ -1,0 +1,235 @@
+//! The write side: events enter the outbox inside the caller's transaction.
+
+use outbox_core::{EventId, Headers, Limits, NewEvent};
+use sqlx::PgConnection;
+
+use crate::{Error, Result};
+
+/// Writes events into the outbox as part of the caller's own database transaction.
+///
+/// `Outbox` holds only configuration; it is cheap to clone and share. Its methods take
+/// `&mut PgConnection`, so they join whatever transaction the caller opened (`&mut *tx`) and never
+/// commit, roll back or open one of their own. The event exists if and only if that transaction
+/// commits (guarantee G1). Events with an entity key get the entity's next sequence number; the
+/// counter row stays locked until the transaction ends, so numbers are gapless and follow commit
+/// order, and a rolled-back transaction consumes none. The relay is woken by a notification that
+/// PostgreSQL delivers only at commit.
+///
+/// ```no_run
+/// use outbox_core::NewEvent;
+/// use outbox_producer::Outbox;
+///
+/// # async fn demo(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+/// let outbox = Outbox::builder().max_payload_bytes(256 * 1024).build();
+/// let mut tx = pool.begin().await?;
+/// sqlx::query("UPDATE orders SET status = 'paid' WHERE id = $1")
+///     .bind(42_i64)
+///     .execute(&mut *tx)
+///     .await?;
+/// let event = NewEvent::json("order.paid", &serde_json::json!({ "order_id": 42 }))?.entity("order-42");
+/// let id = outbox.enqueue(&mut *tx, event).await?;
+/// tx.commit().await?;
+/// println!("enqueued {id}");
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct Outbox {
+    limits: Limits,
+}
+
+/// Builder of an [`Outbox`].
+#[derive(Debug, Clone, Default)]
+pub struct OutboxBuilder {
+    limits: Limits,
+}
+
+impl OutboxBuilder {
+    /// Sets the largest payload accepted, in bytes. Defaults to 1 MiB.
+    #[must_use]
+    pub fn max_payload_bytes(mut self, bytes: usize) -> Self {
+        self.limits = self.limits.max_payload_bytes(bytes);
+        self
+    }
+
+    /// Sets the largest total size of an event's extra headers, in bytes. Defaults to 16 KiB.
+    #[must_use]
+    pub fn max_header_bytes(mut self, bytes: usize) -> Self {
+        self.limits = self.limits.max_header_bytes(bytes);
+        self
+    }
+
+    /// Builds the outbox.
+    pub fn build(self) -> Outbox {
+        Outbox {
+            limits: self.limits,
+        }
+    }
+}
+
+const INSERT_UNORDERED: &str = "\
+INSERT INTO outbox_events
+    (id, event_type, event_version, payload, content_type, headers, correlation_id, causation_id, traceparent)
+VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9)";
+
+const INSERT_ORDERED: &str = "\
+WITH next AS (
+    INSERT INTO outbox_entity_sequences AS s (entity_key, last_seq) VALUES ($10, 1)
+    ON CONFLICT (entity_key) DO UPDATE SET last_seq = s.last_seq + 1
+    RETURNING last_seq
+)
+INSERT INTO outbox_events
+    (id, event_type, event_version, payload, content_type, headers, correlation_id, causation_id, traceparent,
+     entity_key, seq)
+SELECT $1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10, next.last_seq FROM next";
+
+/// One statement for a whole batch: arrays in, one counter upsert per distinct entity (taken in
+/// key order), consecutive sequence numbers within the batch in the order given.
+const INSERT_MANY: &str = "\
+WITH input AS (
+    SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::int8[], $4::bytea[], $5::text[], $6::text[],
+                         $7::text[], $8::text[], $9::text[], $10::text[])
+        WITH ORDINALITY AS t(id, event_type, event_version, payload, content_type, headers,
+                             correlation_id, causation_id, traceparent, entity_key, ord)
+), counts AS (
+    SELECT entity_key, count(*) AS n FROM input WHERE entity_key IS NOT NULL GROUP BY entity_key
+), next AS (
+    INSERT INTO outbox_entity_sequences AS s (entity_key, last_seq)
+    SELECT entity_key, n FROM counts ORDER BY entity_key
+    ON CONFLICT (entity_key) DO UPDATE SET last_seq = s.last_seq + EXCLUDED.last_seq
+    RETURNING entity_key, last_seq
+), numbered AS (
+    SELECT i.*,
+           next.last_seq - counts.n + row_number() OVER (PARTITION BY i.entity_key ORDER BY i.ord) AS seq
+    FROM input i
+    LEFT JOIN counts USING (entity_key)
+    LEFT JOIN next USING (entity_key)
+)
+INSERT INTO outbox_events
+    (id, event_type, event_version, payload, content_type, headers, correlation_id, causation_id, traceparent,
+     entity_key, seq)
+SELECT id, event_type, event_version, payload, content_type, headers::jsonb, correlation_id, causation_id,
+       traceparent, entity_key, CASE WHEN entity_key IS NULL THEN NULL ELSE seq END
+FROM numbered ORDER BY ord";
+
+fn headers_json(headers: &Headers) -> String {
+    // Headers hold only strings, integers and booleans after validation: always serializable.
+    serde_json::to_string(headers).unwrap_or_else(|_| String::from("{}"))
+}
+
+fn version(event: &NewEvent) -> i64 {
+    i64::from(event.event_version())
+}
+
+impl Outbox {
+    /// An outbox with the default limits (1 MiB payloads, 16 KiB of extra headers).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Starts a builder.
+    pub fn builder() -> OutboxBuilder {
+        OutboxBuilder::default()
+    }
+
+    /// The limits events are validated against.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Writes one event into the outbox within the transaction `conn` belongs to, and returns its id.
+    ///
+    /// The event is validated first; an invalid event returns [`Error::InvalidEvent`] without
+    /// sending any SQL, so the caller's transaction stays usable. One round trip to the database.
+    ///
+    /// # Errors
+    /// [`Error::InvalidEvent`] for a rejected event, [`Error::Database`] if the insert fails.
+    pub async fn enqueue(&self, conn: &mut PgConnection, event: NewEvent) -> Result<EventId> {
+        event.validate(&self.limits)?;
+        let id = event.event_id();
+        let query = match event.entity_key() {
+            Some(_) => sqlx::query(INSERT_ORDERED),
+            None => sqlx::query(INSERT_UNORDERED),
+        };
+        let query = query
+            .bind(id.as_uuid())
+            .bind(event.event_type())
+            .bind(version(&event))
+            .bind(event.payload().bytes())
+            .bind(event.payload().content_type())
+            .bind(headers_json(event.headers()))
+            .bind(event.correlation())
+            .bind(event.causation())
+            .bind(event.trace_context());
+        let query = match event.entity_key() {
+            Some(key) => query.bind(key),
+            None => query,
+        };
+        let done = query.execute(&mut *conn).await?;
+        debug_assert_eq!(done.rows_affected(), 1);
+        tracing::debug!(event_id = %id, event_type = event.event_type(), entity = event.entity_key(), "outbox.enqueue");
+        Ok(id)
+    }
+
+    /// Writes many events in one statement (one round trip) within the caller's transaction and
+    /// returns their ids in the order given.
+    ///
+    /// Events of the same entity get consecutive sequence numbers in the order given. Every event
+    /// is validated before anything is sent; if one is invalid, nothing is written.
+    ///
+    /// # Errors
+    /// [`Error::InvalidBatchEvent`] naming the first rejected event, [`Error::Database`] if the
+    /// insert fails.
+    pub async fn enqueue_many<I>(&self, conn: &mut PgConnection, events: I) -> Result<Vec<EventId>>
+    where
+        I: IntoIterator<Item = NewEvent>,
+    {
+        let events: Vec<NewEvent> = events.into_iter().collect();
+        for (index, event) in events.iter().enumerate() {
+            event
+                .validate(&self.limits)
+                .map_err(|source| Error::InvalidBatchEvent { index, source })?;
+        }
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let n = events.len();
+        let mut ids = Vec::with_capacity(n);
+        let mut types = Vec::with_capacity(n);
+        let mut versions = Vec::with_capacity(n);
+        let mut payloads = Vec::with_capacity(n);
+        let mut content_types = Vec::with_capacity(n);
+        let mut headers = Vec::with_capacity(n);
+        let mut correlations = Vec::with_capacity(n);
+        let mut causations = Vec::with_capacity(n);
+        let mut traces = Vec::with_capacity(n);
+        let mut entities = Vec::with_capacity(n);
+        for event in &events {
+            ids.push(*event.event_id().as_uuid());
+            types.push(event.event_type());
+            versions.push(version(event));
+            payloads.push(event.payload().bytes());
+            content_types.push(event.payload().content_type());
+            headers.push(headers_json(event.headers()));
+            correlations.push(event.correlation());
+            causations.push(event.causation());
+            traces.push(event.trace_context());
+            entities.push(event.entity_key());
+        }
+        let done = sqlx::query(INSERT_MANY)
+            .bind(&ids)
+            .bind(&types)
+            .bind(&versions)
+            .bind(&payloads)
+            .bind(&content_types)
+            .bind(&headers)
+            .bind(&correlations)
+            .bind(&causations)
+            .bind(&traces)
+            .bind(&entities)
+            .execute(&mut *conn)
+            .await?;
+        debug_assert_eq!(done.rows_affected(), n as u64);
+        tracing::debug!(events = n, "outbox.enqueue_many");
+        Ok(ids.into_iter().map(EventId::from_uuid).collect())
+    }
+}

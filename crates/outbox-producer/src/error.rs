@@ -1,0 +1,108 @@
+use outbox_core::{EventError, FailureKind};
+
+/// Errors of the producer side.
+///
+/// Messages carry ids, field names and sizes, never payloads or credentials. The `Debug` form of a
+/// database error keeps its SQLSTATE code and message but drops PostgreSQL's detail, which can quote
+/// a whole row ("Failing row contains ...") and with it a payload.
+#[derive(thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The event was rejected by validation before any SQL ran; the caller's transaction is
+    /// untouched and can still commit.
+    #[error("invalid event: {0}")]
+    InvalidEvent(#[from] EventError),
+    /// The event at this index of an `enqueue_many` batch was rejected by validation; nothing of
+    /// the batch was written.
+    #[error("invalid event at index {index} of the batch: {source}")]
+    InvalidBatchEvent {
+        /// Position of the event in the batch.
+        index: usize,
+        /// Why it was rejected.
+        source: EventError,
+    },
+    /// The database refused or failed a statement.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// Applying the product's migrations failed.
+    #[error("migration error: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A row read from the outbox does not hold what the schema promises.
+    #[error("corrupt outbox row {id}: {what}")]
+    CorruptRow {
+        /// The event id of the row.
+        id: uuid::Uuid,
+        /// What is wrong.
+        what: &'static str,
+    },
+}
+
+impl Error {
+    /// How the relay should treat this error.
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            Self::InvalidEvent(_) | Self::InvalidBatchEvent { .. } | Self::CorruptRow { .. } => {
+                FailureKind::Contract
+            }
+            Self::Database(e) => database_kind(e),
+            Self::Migrate(_) => FailureKind::Transient,
+        }
+    }
+}
+
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::InvalidEvent(e) => f.debug_tuple("InvalidEvent").field(e).finish(),
+            Self::InvalidBatchEvent { index, source } => f
+                .debug_struct("InvalidBatchEvent")
+                .field("index", index)
+                .field("source", source)
+                .finish(),
+            Self::Database(e) => f.debug_tuple("Database").field(&RedactedSqlx(e)).finish(),
+            Self::Migrate(e) => f
+                .debug_tuple("Migrate")
+                .field(&format_args!("{e}"))
+                .finish(),
+            Self::CorruptRow { id, what } => f
+                .debug_struct("CorruptRow")
+                .field("id", id)
+                .field("what", what)
+                .finish(),
+        }
+    }
+}
+
+/// `Debug` of a sqlx error without the server's detail and hint.
+pub(crate) struct RedactedSqlx<'a>(pub(crate) &'a sqlx::Error);
+
+impl std::fmt::Debug for RedactedSqlx<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.as_database_error() {
+            Some(db) => f
+                .debug_struct("DatabaseError")
+                .field("code", &db.code())
+                .field("message", &db.message())
+                .field("constraint", &db.constraint())
+                .finish_non_exhaustive(),
+            None => write!(f, "{}", self.0),
+        }
+    }
+}
+
+/// Classifies a database error: authentication and permission problems are operational (`auth`);
+/// everything else on a connection is passing (`transient`).
+pub(crate) fn database_kind(e: &sqlx::Error) -> FailureKind {
+    if let Some(db) = e.as_database_error() {
+        // 28xxx: invalid authorization; 42501: insufficient privilege.
+        if let Some(code) = db.code() {
+            if code.starts_with("28") || code == "42501" {
+                return FailureKind::Auth;
+            }
+        }
+    }
+    FailureKind::Transient
+}
+
+/// `Result` with the producer's [`Error`] as the default error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,117 @@
+//! The product's migrations live beside the host application's own sqlx migrations without
+//! touching its history.
+
+use outbox_testkit::TestDb;
+use sqlx::migrate::Migrator;
+
+async fn tables(pool: &sqlx::PgPool) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT tablename::text FROM pg_tables WHERE schemaname = 'public' ORDER BY 1",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("tables")
+}
+
+#[tokio::test]
+async fn outbox_and_inbox_migrations_do_not_collide_with_the_host_application() {
+    let db = TestDb::empty().await.expect("test db");
+    let pool = db.pool();
+
+    // The host application has its own migrations, tracked in sqlx's default `_sqlx_migrations`.
+    let dir = std::env::temp_dir().join(format!(
+        "host-migrations-{}",
+        outbox_testkit::unique_suffix()
+    ));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    std::fs::write(
+        dir.join("1_orders.sql"),
+        "CREATE TABLE orders (id bigint PRIMARY KEY);",
+    )
+    .expect("write");
+    let host = Migrator::new(dir.as_path()).await.expect("host migrator");
+    host.run(pool).await.expect("host migrations");
+
+    outbox_producer::migrate(pool)
+        .await
+        .expect("outbox migrations");
+    outbox_consumer::migrate(pool)
+        .await
+        .expect("inbox migrations");
+    // Running everything again is a no-op, in any order: no "previously applied but missing" errors.
+    host.run(pool).await.expect("host migrations again");
+    outbox_producer::migrate(pool).await.expect("outbox again");
+    outbox_consumer::migrate(pool).await.expect("inbox again");
+
+    let all = tables(pool).await;
+    for t in [
+        "_inbox_migrations",
+        "_outbox_migrations",
+        "_sqlx_migrations",
+        "inbox_entities",
+        "inbox_events",
+        "orders",
+        "outbox_entity_sequences",
+        "outbox_events",
+    ] {
+        assert!(all.iter().any(|x| x == t), "missing table {t} in {all:?}");
+    }
+    let host_versions: Vec<i64> =
+        sqlx::query_scalar("SELECT version FROM _sqlx_migrations ORDER BY 1")
+            .fetch_all(pool)
+            .await
+            .expect("host history");
+    assert_eq!(
+        host_versions,
+        vec![1],
+        "the host's history holds only its own migration"
+    );
+    let outbox_versions: i64 = sqlx::query_scalar("SELECT count(*) FROM _outbox_migrations")
+        .fetch_one(pool)
+        .await
+        .expect("outbox history");
+    assert_eq!(
+        outbox_versions,
+        i64::try_from(outbox_producer::migrator().iter().count()).expect("count")
+    );
+
+    std::fs::remove_dir_all(&dir).expect("rmdir");
+    db.close().await.expect("drop db");
+}
+
+/// Every hot query is served by an index: the relay's "due rows" scan and the predecessor lookup
+/// use the partial and unique indexes even when the table is large.
+#[tokio::test]
+async fn hot_queries_use_indexes() {
+    let db = TestDb::new().await.expect("test db");
+    let pool = db.pool();
+    sqlx::query(
+        "INSERT INTO outbox_events (id, event_type, event_version, entity_key, seq, payload, content_type, status, published_at)
+         SELECT gen_random_uuid(), 't', 1, 'e' || (g % 100), g / 100 + 1, '\\x00', 'a/b',
+                CASE WHEN g < 45000 THEN 'published' ELSE 'pending' END,
+                CASE WHEN g < 45000 THEN now() END
+         FROM generate_series(0, 49999) g",
+    )
+    .execute(pool)
+    .await
+    .expect("fill");
+    sqlx::query("ANALYZE outbox_events")
+        .execute(pool)
+        .await
+        .expect("analyze");
+    let plan = |sql: &'static str| async move {
+        let lines: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("EXPLAIN {sql}")))
+            .fetch_all(pool)
+            .await
+            .expect("explain");
+        lines.join("\n")
+    };
+    let due = plan("SELECT id FROM outbox_events WHERE status = 'pending' AND next_attempt_at <= now() ORDER BY next_attempt_at, id LIMIT 100").await;
+    assert!(
+        due.contains("outbox_events_due") && !due.contains("Seq Scan"),
+        "{due}"
+    );
+    let pred = plan("SELECT status FROM outbox_events WHERE entity_key = 'e7' AND seq = 40").await;
+    assert!(pred.contains("outbox_events_entity_seq"), "{pred}");
+    db.close().await.expect("drop db");
+}

@@ -1,0 +1,228 @@
+use std::sync::Mutex;
+
+use lapin::options::{
+    ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions,
+    QueueDeleteOptions,
+};
+use lapin::types::FieldTable;
+use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
+
+use crate::Result;
+
+/// The AMQP URL: `OUTBOX_TEST_AMQP_URL`, `AMQP_URL`, or the local server.
+pub fn amqp_url() -> String {
+    std::env::var("OUTBOX_TEST_AMQP_URL")
+        .or_else(|_| std::env::var("AMQP_URL"))
+        .unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned())
+}
+
+/// Exchanges and queues of one test on the real RabbitMQ, named with a random suffix and deleted
+/// afterwards ([`TestBroker::close`], or `Drop` on a helper thread if the test panics).
+///
+/// ```no_run
+/// use outbox_testkit::TestBroker;
+///
+/// # async fn demo() -> Result<(), outbox_testkit::Error> {
+/// let broker = TestBroker::new().await?;
+/// let exchange = broker.declare_exchange("orders", lapin::ExchangeKind::Topic).await?;
+/// let queue = broker.declare_queue("shipping").await?;
+/// broker.bind(&queue, &exchange, "#").await?;
+/// // ... publish to `exchange`, read `queue` ...
+/// broker.close().await?;
+/// # Ok(()) }
+/// ```
+pub struct TestBroker {
+    url: String,
+    suffix: String,
+    connection: Connection,
+    channel: Channel,
+    exchanges: Mutex<Vec<String>>,
+    queues: Mutex<Vec<String>>,
+    closed: bool,
+}
+
+impl std::fmt::Debug for TestBroker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestBroker")
+            .field("suffix", &self.suffix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TestBroker {
+    /// Connects to the broker.
+    ///
+    /// # Errors
+    /// If the broker cannot be reached.
+    pub async fn new() -> Result<Self> {
+        let url = amqp_url();
+        let connection = Connection::connect(&url, ConnectionProperties::default()).await?;
+        let channel = connection.create_channel().await?;
+        Ok(Self {
+            url,
+            suffix: crate::unique_suffix(),
+            connection,
+            channel,
+            exchanges: Mutex::new(Vec::new()),
+            queues: Mutex::new(Vec::new()),
+            closed: false,
+        })
+    }
+
+    /// The broker URL (it may hold credentials: do not log it).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// `base` made unique to this test: `base.<random suffix>`.
+    pub fn name(&self, base: &str) -> String {
+        format!("{base}.{}", self.suffix)
+    }
+
+    /// A channel of the test's connection.
+    pub fn channel(&self) -> &Channel {
+        &self.channel
+    }
+
+    /// Declares a durable exchange named after `base`, deleted at the end.
+    ///
+    /// # Errors
+    /// If the broker refuses.
+    pub async fn declare_exchange(&self, base: &str, kind: ExchangeKind) -> Result<String> {
+        let name = self.name(base);
+        self.remember_exchange(&name);
+        let options = ExchangeDeclareOptions {
+            durable: true,
+            ..ExchangeDeclareOptions::default()
+        };
+        self.channel
+            .exchange_declare(name.as_str().into(), kind, options, FieldTable::default())
+            .await?;
+        Ok(name)
+    }
+
+    /// Declares a durable queue named after `base`, deleted at the end.
+    ///
+    /// # Errors
+    /// If the broker refuses.
+    pub async fn declare_queue(&self, base: &str) -> Result<String> {
+        self.declare_queue_with(base, FieldTable::default()).await
+    }
+
+    /// Declares a durable queue named after `base` with arguments, deleted at the end.
+    ///
+    /// # Errors
+    /// If the broker refuses.
+    pub async fn declare_queue_with(&self, base: &str, arguments: FieldTable) -> Result<String> {
+        let name = self.name(base);
+        self.remember_queue(&name);
+        let options = QueueDeclareOptions {
+            durable: true,
+            ..QueueDeclareOptions::default()
+        };
+        self.channel
+            .queue_declare(name.as_str().into(), options, arguments)
+            .await?;
+        Ok(name)
+    }
+
+    /// Binds `queue` to `exchange` with `routing_key`.
+    ///
+    /// # Errors
+    /// If the broker refuses.
+    pub async fn bind(&self, queue: &str, exchange: &str, routing_key: &str) -> Result<()> {
+        self.channel
+            .queue_bind(
+                queue.into(),
+                exchange.into(),
+                routing_key.into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Records a queue declared elsewhere (for example by the code under test) for deletion.
+    pub fn remember_queue(&self, name: &str) {
+        if let Ok(mut q) = self.queues.lock() {
+            q.push(name.to_owned());
+        }
+    }
+
+    /// Records an exchange declared elsewhere for deletion.
+    pub fn remember_exchange(&self, name: &str) {
+        if let Ok(mut e) = self.exchanges.lock() {
+            e.push(name.to_owned());
+        }
+    }
+
+    /// Deletes every recorded queue and exchange and closes the connection.
+    ///
+    /// # Errors
+    /// If the broker cannot be reached.
+    pub async fn close(mut self) -> Result<()> {
+        let (queues, exchanges) = self.take_names();
+        self.closed = true;
+        delete_all(&self.url, queues, exchanges).await?;
+        let _ = self.connection.close(200, "test done".into()).await;
+        Ok(())
+    }
+
+    fn take_names(&self) -> (Vec<String>, Vec<String>) {
+        let queues = self
+            .queues
+            .lock()
+            .map(|mut q| std::mem::take(&mut *q))
+            .unwrap_or_default();
+        let exchanges = self
+            .exchanges
+            .lock()
+            .map(|mut e| std::mem::take(&mut *e))
+            .unwrap_or_default();
+        (queues, exchanges)
+    }
+}
+
+/// Deletes on a fresh connection, so that a test whose channel was closed by an error still cleans up.
+async fn delete_all(url: &str, queues: Vec<String>, exchanges: Vec<String>) -> Result<()> {
+    if queues.is_empty() && exchanges.is_empty() {
+        return Ok(());
+    }
+    let connection = Connection::connect(url, ConnectionProperties::default()).await?;
+    for q in queues {
+        let channel = connection.create_channel().await?;
+        let _ = channel
+            .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+            .await;
+    }
+    for e in exchanges {
+        let channel = connection.create_channel().await?;
+        let _ = channel
+            .exchange_delete(e.as_str().into(), ExchangeDeleteOptions::default())
+            .await;
+    }
+    let _ = connection.close(200, "test cleanup".into()).await;
+    Ok(())
+}
+
+impl Drop for TestBroker {
+    fn drop(&mut self) {
+        if self.closed {
+            return;
+        }
+        let (queues, exchanges) = self.take_names();
+        let url = self.url.clone();
+        let handle = std::thread::spawn(move || {
+            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                if let Err(e) = rt.block_on(delete_all(&url, queues, exchanges)) {
+                    tracing::warn!(error = %e, "could not delete the test's queues and exchanges");
+                }
+            }
+        });
+        let _ = handle.join();
+    }
+}

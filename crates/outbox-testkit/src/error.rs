@@ -1,0 +1,28 @@
+/// Errors of the test environments.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// PostgreSQL failed.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// Applying migrations failed.
+    #[error("migration error: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// The producer side failed.
+    #[error("producer error: {0}")]
+    Producer(#[from] outbox_producer::Error),
+    /// RabbitMQ failed.
+    #[error("broker error: {0}")]
+    Amqp(#[from] lapin::Error),
+    /// A condition was not met before its deadline.
+    #[error("timed out after {after:?} waiting for {what}")]
+    Timeout {
+        /// What was awaited.
+        what: String,
+        /// The deadline.
+        after: std::time::Duration,
+    },
+}
+
+/// `Result` with the testkit's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
