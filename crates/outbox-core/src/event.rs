@@ -497,7 +497,9 @@ mod tests {
             .expect("serializable")
     }
 
-    fn invalid_events() -> Vec<(NewEvent, fn(&EventError) -> bool)> {
+    type Case = (NewEvent, fn(&EventError) -> bool);
+
+    fn invalid_events() -> Vec<Case> {
         vec![
             (ok_event().version(0), |e| {
                 matches!(e, EventError::InvalidVersion)

@@ -95,10 +95,10 @@ impl std::fmt::Debug for RedactedSqlx<'_> {
 pub(crate) fn database_kind(e: &sqlx::Error) -> FailureKind {
     if let Some(db) = e.as_database_error() {
         // 28xxx: invalid authorization; 42501: insufficient privilege.
-        if let Some(code) = db.code() {
-            if code.starts_with("28") || code == "42501" {
-                return FailureKind::Auth;
-            }
+        if let Some(code) = db.code()
+            && (code.starts_with("28") || code == "42501")
+        {
+            return FailureKind::Auth;
         }
     }
     FailureKind::Transient

@@ -35,3 +35,8 @@ pub use migrate::{MIGRATIONS_TABLE, migrate, migrator};
 
 /// The channel on which the outbox notifies the relay after a commit that enqueued events.
 pub const NOTIFY_CHANNEL: &str = "outbox_events";
+
+/// The README's code blocks, compiled as doc tests so they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+mod readme {}

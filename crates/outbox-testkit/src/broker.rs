@@ -214,13 +214,11 @@ impl Drop for TestBroker {
         let (queues, exchanges) = self.take_names();
         let url = self.url.clone();
         let handle = std::thread::spawn(move || {
-            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build();
+            if let Ok(rt) = rt
+                && let Err(e) = rt.block_on(delete_all(&url, queues, exchanges))
             {
-                if let Err(e) = rt.block_on(delete_all(&url, queues, exchanges)) {
-                    tracing::warn!(error = %e, "could not delete the test's queues and exchanges");
-                }
+                tracing::warn!(error = %e, "could not delete the test's queues and exchanges");
             }
         });
         let _ = handle.join();

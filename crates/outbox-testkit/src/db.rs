@@ -165,10 +165,10 @@ impl Drop for TestDb {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build();
-            if let Ok(rt) = rt {
-                if let Err(e) = rt.block_on(drop_database(&admin, &name)) {
-                    tracing::warn!(database = %name, error = %e, "could not drop the test database");
-                }
+            if let Ok(rt) = rt
+                && let Err(e) = rt.block_on(drop_database(&admin, &name))
+            {
+                tracing::warn!(database = %name, error = %e, "could not drop the test database");
             }
         });
         let _ = handle.join();
