@@ -29,6 +29,7 @@ mod event;
 mod failure;
 mod header;
 mod id;
+mod publish;
 mod retry;
 mod status;
 pub mod wire;
@@ -38,5 +39,9 @@ pub use event::{CONTENT_TYPE_JSON, Entity, Event, Limits, NewEvent, Payload};
 pub use failure::FailureKind;
 pub use header::{HeaderValue, Headers, RESERVED_HEADERS};
 pub use id::EventId;
+pub use publish::{
+    ConfirmFuture, ExchangeKind, OutgoingMessage, PublishFailure, PublishOutcome, Publisher,
+    partition_for,
+};
 pub use retry::{QuarantineReason, RetryDecision, RetryPolicy};
 pub use status::{ParseStatusError, Status};

@@ -76,7 +76,7 @@ impl Default for RetryPolicy {
         Self {
             initial_delay: Duration::from_millis(500),
             max_delay: Duration::from_secs(300),
-            max_attempts: 25,
+            max_attempts: 50,
             max_age: Duration::from_secs(24 * 3600),
         }
     }
@@ -97,8 +97,8 @@ impl RetryPolicy {
         self
     }
 
-    /// Sets how many attempts an event gets before quarantine. Defaults to 25 (with the default
-    /// delays, about an hour and a half of retrying).
+    /// Sets how many attempts an event gets before quarantine. Defaults to 50 (with the default
+    /// delays, two to four hours of continuous failure).
     #[must_use]
     pub fn max_attempts(mut self, attempts: u32) -> Self {
         self.max_attempts = attempts.max(1);

@@ -27,6 +27,15 @@ pub enum Error {
     /// Applying the product's migrations failed.
     #[error("migration error: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A relay setting is out of range.
+    #[error("invalid relay configuration: {0}")]
+    InvalidConfig(&'static str),
+    /// The relay stopped at an armed crash point (failure tests only).
+    #[error("the relay stopped at a crash point")]
+    Crashed,
+    /// The relay task panicked or was aborted.
+    #[error("the relay task stopped abnormally")]
+    Stopped,
     /// A row read from the outbox does not hold what the schema promises.
     #[error("corrupt outbox row {id}: {what}")]
     CorruptRow {
@@ -41,9 +50,11 @@ impl Error {
     /// How the relay should treat this error.
     pub fn kind(&self) -> FailureKind {
         match self {
-            Self::InvalidEvent(_) | Self::InvalidBatchEvent { .. } | Self::CorruptRow { .. } => {
-                FailureKind::Contract
-            }
+            Self::InvalidEvent(_)
+            | Self::InvalidBatchEvent { .. }
+            | Self::CorruptRow { .. }
+            | Self::InvalidConfig(_) => FailureKind::Contract,
+            Self::Crashed | Self::Stopped => FailureKind::Transient,
             Self::Database(e) => database_kind(e),
             Self::Migrate(_) => FailureKind::Transient,
         }
@@ -64,6 +75,9 @@ impl std::fmt::Debug for Error {
                 .debug_tuple("Migrate")
                 .field(&format_args!("{e}"))
                 .finish(),
+            Self::InvalidConfig(what) => f.debug_tuple("InvalidConfig").field(what).finish(),
+            Self::Crashed => f.write_str("Crashed"),
+            Self::Stopped => f.write_str("Stopped"),
             Self::CorruptRow { id, what } => f
                 .debug_struct("CorruptRow")
                 .field("id", id)

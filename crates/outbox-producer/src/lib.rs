@@ -1,7 +1,7 @@
 //! The producer side of the transactional outbox.
 //!
 //! A service writes its business change and its events in one PostgreSQL transaction with
-//! [`Outbox::enqueue`]; the relay (a later part of this crate) publishes them to RabbitMQ.
+//! [`Outbox::enqueue`]; the [`Relay`] publishes them to RabbitMQ with [`AmqpPublisher`].
 //!
 //! ```no_run
 //! use outbox_core::NewEvent;
@@ -28,10 +28,17 @@
 mod enqueue;
 mod error;
 mod migrate;
+mod relay;
 
 pub use enqueue::{Outbox, OutboxBuilder};
 pub use error::{Error, Result};
 pub use migrate::{MIGRATIONS_TABLE, migrate, migrator};
+#[cfg(feature = "fail-points")]
+pub use relay::CrashPoint;
+pub use relay::{
+    AmqpPublisher, AmqpPublisherBuilder, BatchReport, ByEventType, Partitioned, Relay,
+    RelayBuilder, RelayHandle, RoutingStrategy, admin,
+};
 
 /// The channel on which the outbox notifies the relay after a commit that enqueued events.
 pub const NOTIFY_CHANNEL: &str = "outbox_events";

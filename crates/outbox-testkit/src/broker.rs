@@ -214,7 +214,9 @@ impl Drop for TestBroker {
         let (queues, exchanges) = self.take_names();
         let url = self.url.clone();
         let handle = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build();
             if let Ok(rt) = rt
                 && let Err(e) = rt.block_on(delete_all(&url, queues, exchanges))
             {

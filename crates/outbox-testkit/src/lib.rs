@@ -4,6 +4,7 @@
 //! - [`TestDb`]: a fresh database per test, with the outbox and inbox migrations applied, dropped
 //!   afterwards (also when the test panics).
 //! - [`TestBroker`]: exchange and queue names with a random suffix, deleted afterwards.
+//! - [`Recorder`]: records every delivery of a queue; checks ids, duplicates and per-entity order.
 //!
 //! The servers are found through `OUTBOX_TEST_DATABASE_URL` (or `DATABASE_URL`) and
 //! `OUTBOX_TEST_AMQP_URL` (or `AMQP_URL`); the defaults are the local servers
@@ -25,10 +26,12 @@
 mod broker;
 mod db;
 mod error;
+mod recorder;
 
 pub use broker::{TestBroker, amqp_url};
 pub use db::TestDb;
 pub use error::{Error, Result};
+pub use recorder::{Record, Recorder};
 
 /// A random lowercase suffix for names of test resources.
 pub fn unique_suffix() -> String {

@@ -1,0 +1,176 @@
+//! The operator API: list quarantined events, retry one, skip one.
+//!
+//! A retry keeps the same row and the same event id (nothing new is minted) and resets its
+//! attempts. A skip records that an operator gave up on the event and lets its entity's later
+//! events flow. Both wake the relays.
+//!
+//! ```no_run
+//! use outbox_producer::admin;
+//!
+//! # async fn demo(pool: sqlx::PgPool) -> Result<(), outbox_producer::Error> {
+//! for q in admin::list_quarantined(&pool, 100).await? {
+//!     println!("{} {} {:?} {:?}", q.id, q.event_type, q.last_error_kind, q.last_error);
+//!     admin::retry(&pool, q.id).await?;
+//! }
+//! # Ok(()) }
+//! ```
+
+use chrono::{DateTime, Utc};
+use outbox_core::{EventId, FailureKind};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::Result;
+
+/// A quarantined event, as an operator sees it (no payload).
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuarantinedEvent {
+    /// The event id.
+    pub id: EventId,
+    /// The event type.
+    pub event_type: String,
+    /// The entity key, for ordered events.
+    pub entity_key: Option<String>,
+    /// The entity sequence, for ordered events.
+    pub seq: Option<i64>,
+    /// Attempts made.
+    pub attempts: i32,
+    /// The classified reason.
+    pub last_error_kind: Option<FailureKind>,
+    /// The last error's description.
+    pub last_error: Option<String>,
+    /// When the event was enqueued.
+    pub created_at: DateTime<Utc>,
+    /// When it was quarantined.
+    pub quarantined_at: Option<DateTime<Utc>>,
+}
+
+type Row = (
+    Uuid,
+    String,
+    Option<String>,
+    Option<i64>,
+    i32,
+    Option<String>,
+    Option<String>,
+    DateTime<Utc>,
+    Option<DateTime<Utc>>,
+);
+
+/// Lists up to `limit` quarantined events, oldest quarantine first.
+///
+/// # Errors
+/// A database error.
+pub async fn list_quarantined(pool: &PgPool, limit: i64) -> Result<Vec<QuarantinedEvent>> {
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT id, event_type, entity_key, seq, attempts, last_error_kind, last_error, created_at, quarantined_at
+         FROM outbox_events WHERE status = 'quarantined' ORDER BY quarantined_at, id LIMIT $1",
+    )
+    .bind(limit)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(
+            |(
+                id,
+                event_type,
+                entity_key,
+                seq,
+                attempts,
+                kind,
+                last_error,
+                created_at,
+                quarantined_at,
+            )| QuarantinedEvent {
+                id: EventId::from_uuid(id),
+                event_type,
+                entity_key,
+                seq,
+                attempts,
+                last_error_kind: kind.and_then(|k| k.parse().ok()),
+                last_error,
+                created_at,
+                quarantined_at,
+            },
+        )
+        .collect())
+}
+
+/// Makes the entity's later events claimable again and wakes the relays.
+const WAKE_SUCCESSORS: &str = "\
+WITH woken AS (
+    UPDATE outbox_events SET next_attempt_at = now()
+    WHERE entity_key = $1 AND seq > $2 AND status = 'pending' AND lease_owner IS NULL AND next_attempt_at > now()
+    RETURNING 1
+)
+SELECT pg_notify('outbox_events', ''), (SELECT count(*) FROM woken)";
+
+async fn finish(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    entity: Option<(String, i64)>,
+) -> Result<()> {
+    match entity {
+        Some((key, seq)) => {
+            sqlx::query(WAKE_SUCCESSORS)
+                .bind(key)
+                .bind(seq)
+                .execute(&mut **tx)
+                .await?;
+        }
+        None => {
+            sqlx::query("SELECT pg_notify('outbox_events', '')")
+                .execute(&mut **tx)
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Sends a quarantined event again: the same row and event id, attempts reset to 0, due now.
+/// Returns `false` if no quarantined event has this id.
+///
+/// # Errors
+/// A database error.
+pub async fn retry(pool: &PgPool, id: EventId) -> Result<bool> {
+    let mut tx = pool.begin().await?;
+    let row: Option<(Option<String>, Option<i64>)> = sqlx::query_as(
+        "UPDATE outbox_events SET status = 'pending', attempts = 0, next_attempt_at = now(), quarantined_at = NULL,
+                lease_owner = NULL, claim_token = NULL
+         WHERE id = $1 AND status = 'quarantined' RETURNING entity_key, seq",
+    )
+    .bind(id.as_uuid())
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some((key, seq)) = row else {
+        return Ok(false);
+    };
+    finish(&mut tx, key.zip(seq)).await?;
+    tx.commit().await?;
+    tracing::info!(event_id = %id, "outbox.quarantine_retry");
+    Ok(true)
+}
+
+/// Gives up on a quarantined event: it is recorded as skipped (never published) and its entity's
+/// later events flow again. Returns `false` if no quarantined event has this id.
+///
+/// # Errors
+/// A database error.
+pub async fn skip(pool: &PgPool, id: EventId) -> Result<bool> {
+    let mut tx = pool.begin().await?;
+    let row: Option<(Option<String>, Option<i64>)> = sqlx::query_as(
+        "UPDATE outbox_events SET status = 'skipped', lease_owner = NULL, claim_token = NULL,
+                last_error = coalesce(last_error, '') || ' (skipped by an operator)'
+         WHERE id = $1 AND status = 'quarantined' RETURNING entity_key, seq",
+    )
+    .bind(id.as_uuid())
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some((key, seq)) = row else {
+        return Ok(false);
+    };
+    finish(&mut tx, key.zip(seq)).await?;
+    tx.commit().await?;
+    tracing::info!(event_id = %id, "outbox.quarantine_skip");
+    Ok(true)
+}

@@ -1,0 +1,440 @@
+//! The RabbitMQ publisher: lapin, publisher confirms, `mandatory`, reconnection with backoff.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions};
+use lapin::protocol::{AMQPErrorKind, AMQPHardError, AMQPSoftError};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
+use outbox_core::wire::WireMessage;
+use outbox_core::{
+    ConfirmFuture, ExchangeKind, FailureKind, HeaderValue, OutgoingMessage, PublishFailure,
+    PublishOutcome, Publisher,
+};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+/// RabbitMQ's default `max_message_size` (128 MiB).
+const DEFAULT_MAX_MESSAGE_BYTES: usize = 128 * 1024 * 1024;
+
+/// Publishes to RabbitMQ with lapin: persistent messages, publisher confirms with the whole batch
+/// in flight, and `mandatory` set, so an unroutable message comes back as a failure
+/// ([`FailureKind::Rejected`]) instead of vanishing.
+///
+/// The connection is opened on first use and re-opened after any loss, with exponential backoff
+/// (100 ms doubling to 10 s); while backing off, publishes fail at once as
+/// [`FailureKind::Transient`] (or [`FailureKind::Auth`] when the broker refused the credentials).
+/// The URL may hold credentials: it is never logged or shown in errors.
+///
+/// ```no_run
+/// use outbox_producer::AmqpPublisher;
+///
+/// let publisher = AmqpPublisher::builder("amqp://guest:guest@127.0.0.1:5672/%2f")
+///     .connection_name("orders-relay")
+///     .build();
+/// ```
+#[derive(Clone)]
+pub struct AmqpPublisher {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    url: String,
+    connection_name: String,
+    connect_timeout: Duration,
+    max_message_bytes: usize,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    connection: Option<Connection>,
+    channel: Option<Channel>,
+    exchanges: Vec<(String, ExchangeKind)>,
+    failures: u32,
+    retry_at: Option<Instant>,
+    last_failure: Option<PublishFailure>,
+}
+
+impl std::fmt::Debug for AmqpPublisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AmqpPublisher")
+            .field("connection_name", &self.inner.connection_name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builder of an [`AmqpPublisher`].
+#[derive(Debug, Clone)]
+pub struct AmqpPublisherBuilder {
+    url: String,
+    connection_name: String,
+    connect_timeout: Duration,
+    max_message_bytes: usize,
+}
+
+impl AmqpPublisherBuilder {
+    /// Sets the connection name shown in RabbitMQ's management UI. Defaults to `outbox-relay`.
+    #[must_use]
+    pub fn connection_name(mut self, name: impl Into<String>) -> Self {
+        self.connection_name = name.into();
+        self
+    }
+
+    /// Sets how long one connection attempt may take. Defaults to 5 s.
+    #[must_use]
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets the largest message body the broker accepts (its `max_message_size`); a larger event
+    /// is rejected without being sent, and quarantined. Defaults to 128 MiB, RabbitMQ's default.
+    #[must_use]
+    pub fn max_message_bytes(mut self, bytes: usize) -> Self {
+        self.max_message_bytes = bytes;
+        self
+    }
+
+    /// Builds the publisher. It connects on first use.
+    pub fn build(self) -> AmqpPublisher {
+        AmqpPublisher {
+            inner: Arc::new(Inner {
+                url: self.url,
+                connection_name: self.connection_name,
+                connect_timeout: self.connect_timeout,
+                max_message_bytes: self.max_message_bytes,
+                state: Mutex::new(State::default()),
+            }),
+        }
+    }
+}
+
+fn ready(outcome: PublishOutcome) -> ConfirmFuture {
+    Box::pin(std::future::ready(outcome))
+}
+
+fn failed_all(n: usize, failure: &PublishFailure) -> Vec<ConfirmFuture> {
+    (0..n)
+        .map(|_| ready(PublishOutcome::Failed(failure.clone())))
+        .collect()
+}
+
+/// Classifies a lapin error. Reply codes and texts come from the broker and never hold message
+/// content; the URL is never part of a lapin error's text.
+pub(crate) fn classify(error: &lapin::Error) -> PublishFailure {
+    match error.kind() {
+        lapin::ErrorKind::ProtocolError(amqp) => {
+            let text = amqp.get_message().as_str();
+            let kind = match amqp.kind() {
+                AMQPErrorKind::Soft(AMQPSoftError::ACCESSREFUSED) => FailureKind::Auth,
+                AMQPErrorKind::Soft(AMQPSoftError::CONTENTTOOLARGE) => FailureKind::Rejected,
+                AMQPErrorKind::Soft(AMQPSoftError::PRECONDITIONFAILED)
+                    if text.contains("message size") =>
+                {
+                    FailureKind::Rejected
+                }
+                AMQPErrorKind::Hard(AMQPHardError::NOTALLOWED) => FailureKind::Auth,
+                _ => FailureKind::Transient,
+            };
+            PublishFailure::new(kind, format!("broker error {}: {text}", amqp.get_id()))
+        }
+        lapin::ErrorKind::AuthProviderError(_) => {
+            PublishFailure::new(FailureKind::Auth, "authentication failed")
+        }
+        lapin::ErrorKind::IOError(e) => PublishFailure::new(
+            FailureKind::Transient,
+            format!("connection error: {}", e.kind()),
+        ),
+        _ => PublishFailure::new(FailureKind::Transient, format!("{error}")),
+    }
+}
+
+fn connect_failure(error: &lapin::Error) -> PublishFailure {
+    let mut failure = classify(error);
+    // RabbitMQ closes the socket on bad credentials during the handshake (ACCESS_REFUSED, 403).
+    if matches!(error.kind(), lapin::ErrorKind::ProtocolError(e) if e.get_id() == 403) {
+        failure.kind = FailureKind::Auth;
+    }
+    failure.reason = format!("cannot connect to the broker: {}", failure.reason);
+    failure
+}
+
+fn to_amqp(value: &HeaderValue) -> AMQPValue {
+    match value {
+        HeaderValue::Bool(b) => AMQPValue::Boolean(*b),
+        HeaderValue::Int(i) => AMQPValue::LongLongInt(*i),
+        HeaderValue::String(s) => AMQPValue::LongString(LongString::from(s.as_str())),
+        HeaderValue::Float(f) => AMQPValue::Double(*f),
+        HeaderValue::Bytes(b) => AMQPValue::ByteArray(b.clone().into()),
+        HeaderValue::List(items) => {
+            AMQPValue::FieldArray(items.iter().map(to_amqp).collect::<Vec<_>>().into())
+        }
+        HeaderValue::Table(t) => AMQPValue::FieldTable(table(t)),
+        _ => AMQPValue::Void,
+    }
+}
+
+fn table(headers: &outbox_core::Headers) -> FieldTable {
+    let mut t = FieldTable::default();
+    for (k, v) in headers {
+        t.insert(ShortString::from(k.as_str()), to_amqp(v));
+    }
+    t
+}
+
+/// Maps the neutral wire form onto lapin's properties.
+pub(crate) fn properties(message: &WireMessage) -> BasicProperties {
+    let p = &message.properties;
+    let mut props = BasicProperties::default().with_headers(table(&message.headers));
+    if let Some(v) = &p.message_id {
+        props = props.with_message_id(v.as_str().into());
+    }
+    if let Some(v) = &p.kind {
+        props = props.with_type(v.as_str().into());
+    }
+    if let Some(v) = &p.correlation_id {
+        props = props.with_correlation_id(v.as_str().into());
+    }
+    if let Some(v) = p.timestamp {
+        props = props.with_timestamp(v);
+    }
+    if let Some(v) = &p.content_type {
+        props = props.with_content_type(v.as_str().into());
+    }
+    if let Some(v) = &p.app_id {
+        props = props.with_app_id(v.as_str().into());
+    }
+    if let Some(v) = p.delivery_mode {
+        props = props.with_delivery_mode(v);
+    }
+    props
+}
+
+fn lapin_kind(kind: ExchangeKind) -> lapin::ExchangeKind {
+    match kind {
+        ExchangeKind::Direct => lapin::ExchangeKind::Direct,
+        ExchangeKind::Fanout => lapin::ExchangeKind::Fanout,
+        ExchangeKind::Headers => lapin::ExchangeKind::Headers,
+        _ => lapin::ExchangeKind::Topic,
+    }
+}
+
+async fn declare(channel: &Channel, name: &str, kind: ExchangeKind) -> Result<(), lapin::Error> {
+    let options = ExchangeDeclareOptions {
+        durable: true,
+        ..ExchangeDeclareOptions::default()
+    };
+    channel
+        .exchange_declare(
+            name.into(),
+            lapin_kind(kind),
+            options,
+            FieldTable::default(),
+        )
+        .await
+}
+
+impl AmqpPublisher {
+    /// Starts a builder for the broker at `url` (`amqp://` or `amqps://`).
+    pub fn builder(url: impl Into<String>) -> AmqpPublisherBuilder {
+        AmqpPublisherBuilder {
+            url: url.into(),
+            connection_name: "outbox-relay".to_owned(),
+            connect_timeout: Duration::from_secs(5),
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+        }
+    }
+
+    /// Closes the connection (the next publish opens a new one).
+    pub async fn close(&self) {
+        let mut state = self.inner.state.lock().await;
+        state.channel = None;
+        if let Some(conn) = state.connection.take() {
+            let _ = conn.close(200, "outbox relay closing".into()).await;
+        }
+    }
+
+    /// A live confirm channel, connecting if needed; or the failure that every message of the
+    /// batch gets while the broker is unreachable.
+    async fn channel(&self) -> Result<Channel, PublishFailure> {
+        let mut state = self.inner.state.lock().await;
+        if let Some(ch) = &state.channel
+            && ch.status().connected()
+        {
+            return Ok(ch.clone());
+        }
+        state.channel = None;
+        if let (Some(at), Some(f)) = (state.retry_at, &state.last_failure)
+            && Instant::now() < at
+        {
+            return Err(f.clone());
+        }
+        match self.open(&mut state).await {
+            Ok(ch) => {
+                state.failures = 0;
+                state.retry_at = None;
+                state.last_failure = None;
+                state.channel = Some(ch.clone());
+                Ok(ch)
+            }
+            Err(failure) => {
+                state.failures = state.failures.saturating_add(1);
+                let backoff = Duration::from_millis(100)
+                    .saturating_mul(1 << state.failures.min(7))
+                    .min(Duration::from_secs(10));
+                state.retry_at = Some(Instant::now() + backoff);
+                state.last_failure = Some(failure.clone());
+                tracing::warn!(kind = %failure.kind, reason = %failure.reason, retry_in_ms = backoff.as_millis() as u64, "outbox.broker_unavailable");
+                Err(failure)
+            }
+        }
+    }
+
+    async fn open(&self, state: &mut State) -> Result<Channel, PublishFailure> {
+        let connected = match &state.connection {
+            Some(c) if c.status().connected() => true,
+            _ => false,
+        };
+        if !connected {
+            if let Some(old) = state.connection.take() {
+                let _ = old.close(200, "reconnecting".into()).await;
+            }
+            let props = ConnectionProperties::default()
+                .with_connection_name(self.inner.connection_name.as_str().into());
+            let conn = tokio::time::timeout(
+                self.inner.connect_timeout,
+                Connection::connect(&self.inner.url, props),
+            )
+            .await
+            .map_err(|_| {
+                PublishFailure::new(
+                    FailureKind::Transient,
+                    "cannot connect to the broker: timed out",
+                )
+            })?
+            .map_err(|e| connect_failure(&e))?;
+            state.connection = Some(conn);
+        }
+        let conn = state
+            .connection
+            .as_ref()
+            .ok_or_else(|| PublishFailure::new(FailureKind::Transient, "no connection"))?;
+        let channel = conn.create_channel().await.map_err(|e| classify(&e))?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .map_err(|e| classify(&e))?;
+        for (name, kind) in &state.exchanges {
+            declare(&channel, name, *kind)
+                .await
+                .map_err(|e| classify(&e))?;
+        }
+        Ok(channel)
+    }
+
+    async fn forget_channel(&self, broken: &Channel) {
+        let mut state = self.inner.state.lock().await;
+        if state
+            .channel
+            .as_ref()
+            .is_some_and(|c| c.id() == broken.id())
+        {
+            state.channel = None;
+        }
+    }
+}
+
+async fn confirm(pending: lapin::PublisherConfirm) -> PublishOutcome {
+    match pending.await {
+        Ok(Confirmation::Ack(None)) => PublishOutcome::Confirmed,
+        Ok(Confirmation::Ack(Some(returned))) => PublishOutcome::Failed(PublishFailure::new(
+            FailureKind::Rejected,
+            format!(
+                "returned by the broker: {} {}",
+                returned.reply_code,
+                returned.reply_text.as_str()
+            ),
+        )),
+        Ok(Confirmation::Nack(_)) => PublishOutcome::Failed(PublishFailure::new(
+            FailureKind::Transient,
+            "nacked by the broker",
+        )),
+        Ok(Confirmation::NotRequested) => PublishOutcome::Failed(PublishFailure::new(
+            FailureKind::Transient,
+            "publisher confirms are not enabled",
+        )),
+        Err(e) => PublishOutcome::Failed(classify(&e)),
+    }
+}
+
+impl Publisher for AmqpPublisher {
+    async fn publish(&self, batch: Vec<OutgoingMessage>) -> Vec<ConfirmFuture> {
+        let channel = match self.channel().await {
+            Ok(ch) => ch,
+            Err(failure) => return failed_all(batch.len(), &failure),
+        };
+        let mut out: Vec<ConfirmFuture> = Vec::with_capacity(batch.len());
+        let mut broken: Option<PublishFailure> = None;
+        for msg in batch {
+            if let Some(f) = &broken {
+                out.push(ready(PublishOutcome::Failed(f.clone())));
+                continue;
+            }
+            if msg.message.body.len() > self.inner.max_message_bytes {
+                out.push(ready(PublishOutcome::Failed(PublishFailure::new(
+                    FailureKind::Rejected,
+                    format!(
+                        "message is {} bytes, the broker accepts at most {}",
+                        msg.message.body.len(),
+                        self.inner.max_message_bytes
+                    ),
+                ))));
+                continue;
+            }
+            let options = BasicPublishOptions {
+                mandatory: true,
+                ..BasicPublishOptions::default()
+            };
+            let props = properties(&msg.message);
+            match channel
+                .basic_publish(
+                    msg.exchange.as_str().into(),
+                    msg.routing_key.as_str().into(),
+                    options,
+                    &msg.message.body,
+                    props,
+                )
+                .await
+            {
+                Ok(pending) => out.push(Box::pin(confirm(pending))),
+                Err(e) => {
+                    let failure = classify(&e);
+                    tracing::warn!(event_id = %msg.event_id, kind = %failure.kind, reason = %failure.reason, "outbox.publish_failed");
+                    self.forget_channel(&channel).await;
+                    out.push(ready(PublishOutcome::Failed(failure.clone())));
+                    broken = Some(failure);
+                }
+            }
+        }
+        out
+    }
+
+    async fn declare_exchange(
+        &self,
+        exchange: &str,
+        kind: ExchangeKind,
+    ) -> Result<(), PublishFailure> {
+        {
+            let mut state = self.inner.state.lock().await;
+            if !state.exchanges.iter().any(|(n, _)| n == exchange) {
+                state.exchanges.push((exchange.to_owned(), kind));
+            }
+        }
+        let channel = self.channel().await?;
+        declare(&channel, exchange, kind)
+            .await
+            .map_err(|e| classify(&e))
+    }
+}

@@ -1,0 +1,678 @@
+//! The relay: publishes committed outbox rows to the broker, in per-entity order, crash-safe, with
+//! any number of instances on one database. See `docs/architecture.md` for how claiming, ordering
+//! and recovery work.
+
+pub mod admin;
+mod amqp;
+mod routing;
+mod store;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime};
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use outbox_core::{
+    ExchangeKind, FailureKind, OutgoingMessage, PublishFailure, PublishOutcome, Publisher,
+    RetryDecision, RetryPolicy, wire,
+};
+use sqlx::PgPool;
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinSet;
+use tracing::Instrument;
+use uuid::Uuid;
+
+pub use amqp::{AmqpPublisher, AmqpPublisherBuilder};
+pub use routing::{ByEventType, Partitioned, RoutingStrategy};
+
+use crate::{Error, Result};
+
+/// Points where a relay can be made to stop as if its process died (no further writes), for
+/// failure tests. Only with the `fail-points` feature.
+#[cfg(feature = "fail-points")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CrashPoint {
+    /// Rows are claimed; nothing was published.
+    AfterClaim,
+    /// The batch was sent to the broker; its confirms are not awaited.
+    AfterPublishBeforeConfirm,
+    /// The broker confirmed the batch; nothing was marked published.
+    AfterConfirmBeforeMark,
+}
+
+/// Settings of a [`Relay`]; every one has a documented default in [`RelayBuilder`].
+#[derive(Debug, Clone)]
+struct Settings {
+    relay_id: String,
+    batch_size: usize,
+    confirm_window: usize,
+    lease: Duration,
+    poll_interval: Duration,
+    confirm_timeout: Duration,
+    shutdown_deadline: Duration,
+    retry: RetryPolicy,
+    exchange: String,
+    exchange_kind: ExchangeKind,
+    declare_exchange: bool,
+    app_id: Option<String>,
+    #[cfg(feature = "fail-points")]
+    crash_at: Option<CrashPoint>,
+}
+
+/// Builder of a [`Relay`]. Every setting has a default suited to a production service.
+pub struct RelayBuilder<P> {
+    pool: PgPool,
+    publisher: P,
+    routing: Arc<dyn RoutingStrategy>,
+    settings: Settings,
+}
+
+impl<P> std::fmt::Debug for RelayBuilder<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RelayBuilder")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+fn default_relay_id() -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "relay".to_owned());
+    let short = Uuid::new_v4().simple().to_string();
+    format!("{host}-{}-{}", std::process::id(), &short[..8])
+}
+
+impl<P: Publisher> RelayBuilder<P> {
+    /// Sets the name this instance records as the owner of its claims. Defaults to
+    /// `<HOSTNAME>-<pid>-<random>`.
+    #[must_use]
+    pub fn relay_id(mut self, id: impl Into<String>) -> Self {
+        self.settings.relay_id = id.into();
+        self
+    }
+
+    /// Sets how many rows one claim takes. Defaults to 500.
+    #[must_use]
+    pub fn batch_size(mut self, n: usize) -> Self {
+        self.settings.batch_size = n.max(1);
+        self
+    }
+
+    /// Sets how many messages may await their broker confirm at once; the relay runs
+    /// `confirm_window / batch_size` batches concurrently. Defaults to 1,000.
+    #[must_use]
+    pub fn confirm_window(mut self, n: usize) -> Self {
+        self.settings.confirm_window = n.max(1);
+        self
+    }
+
+    /// Sets how long a claim lasts. A crashed relay's rows are taken over once it expires.
+    /// Defaults to 30 s.
+    #[must_use]
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.settings.lease = lease;
+        self
+    }
+
+    /// Sets how often the relay looks for due rows when no notification came (the safety net for
+    /// lost notifications and for retries coming due). Defaults to 1 s.
+    #[must_use]
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.settings.poll_interval = interval;
+        self
+    }
+
+    /// Sets how long the relay waits for a batch's confirms; a message not confirmed by then is
+    /// retried later with the same event id. Must be shorter than the lease. Defaults to 10 s.
+    #[must_use]
+    pub fn confirm_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.confirm_timeout = timeout;
+        self
+    }
+
+    /// Sets how long a graceful shutdown may take: in-flight confirms are awaited until then,
+    /// then what was confirmed is recorded and the rest released. Defaults to 10 s.
+    #[must_use]
+    pub fn shutdown_deadline(mut self, deadline: Duration) -> Self {
+        self.settings.shutdown_deadline = deadline;
+        self
+    }
+
+    /// Sets the retry policy for failed publishes. Defaults to [`RetryPolicy::default`].
+    #[must_use]
+    pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.settings.retry = policy;
+        self
+    }
+
+    /// Sets the exchange events are published to. Defaults to `outbox.events`.
+    #[must_use]
+    pub fn exchange(mut self, name: impl Into<String>) -> Self {
+        self.settings.exchange = name.into();
+        self
+    }
+
+    /// Sets the exchange type used when declaring it. Defaults to [`ExchangeKind::Topic`].
+    #[must_use]
+    pub fn exchange_kind(mut self, kind: ExchangeKind) -> Self {
+        self.settings.exchange_kind = kind;
+        self
+    }
+
+    /// Sets whether the relay declares the exchange (durable) at start and after reconnects, or
+    /// assumes it exists. Defaults to `true`.
+    #[must_use]
+    pub fn declare_exchange(mut self, declare: bool) -> Self {
+        self.settings.declare_exchange = declare;
+        self
+    }
+
+    /// Sets the routing strategy. Defaults to [`ByEventType`].
+    #[must_use]
+    pub fn routing(mut self, strategy: impl RoutingStrategy) -> Self {
+        self.routing = Arc::new(strategy);
+        self
+    }
+
+    /// Sets the AMQP `app_id` (the producing service) on every message. Defaults to none.
+    #[must_use]
+    pub fn app_id(mut self, app_id: impl Into<String>) -> Self {
+        self.settings.app_id = Some(app_id.into());
+        self
+    }
+
+    /// Arms a crash point: the relay stops there as if its process died. For failure tests.
+    #[cfg(feature = "fail-points")]
+    #[must_use]
+    pub fn crash_at(mut self, point: CrashPoint) -> Self {
+        self.settings.crash_at = Some(point);
+        self
+    }
+
+    /// Builds the relay.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] if the confirm timeout is not shorter than the lease.
+    pub fn build(self) -> Result<Relay<P>> {
+        let s = &self.settings;
+        if s.confirm_timeout >= s.lease {
+            return Err(Error::InvalidConfig(
+                "confirm_timeout must be shorter than lease",
+            ));
+        }
+        if s.lease.is_zero() || s.poll_interval.is_zero() {
+            return Err(Error::InvalidConfig(
+                "lease and poll_interval must be positive",
+            ));
+        }
+        Ok(Relay {
+            shared: Arc::new(Shared {
+                pool: self.pool,
+                publisher: self.publisher,
+                routing: self.routing,
+                settings: self.settings,
+                wake: Notify::new(),
+                crashed: AtomicBool::new(false),
+            }),
+        })
+    }
+}
+
+struct Shared<P> {
+    pool: PgPool,
+    publisher: P,
+    routing: Arc<dyn RoutingStrategy>,
+    settings: Settings,
+    wake: Notify,
+    crashed: AtomicBool,
+}
+
+/// Publishes committed outbox rows to the broker.
+///
+/// Run it as a task of the producer service ([`Relay::spawn`]) or as the `outbox relay` process.
+/// Any number of relays may run on one database: each row is published by one relay at a time,
+/// events of one entity go out strictly one after the other in sequence order, and a crashed
+/// relay's claims are taken over when its lease expires.
+///
+/// ```no_run
+/// use outbox_producer::{AmqpPublisher, Relay};
+///
+/// # async fn demo(pool: sqlx::PgPool) -> Result<(), outbox_producer::Error> {
+/// let publisher = AmqpPublisher::builder("amqp://guest:guest@127.0.0.1:5672/%2f").build();
+/// let relay = Relay::builder(pool, publisher).exchange("orders").batch_size(500).build()?;
+/// let handle = relay.spawn();
+/// // ... serve requests ...
+/// handle.shutdown().await?; // stops claiming, awaits confirms, records them, releases the rest
+/// # Ok(()) }
+/// ```
+pub struct Relay<P> {
+    shared: Arc<Shared<P>>,
+}
+
+impl<P> std::fmt::Debug for Relay<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Relay")
+            .field("relay_id", &self.shared.settings.relay_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<P> Clone for Relay<P> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// What one claim-publish-record round did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchReport {
+    /// Rows claimed.
+    pub claimed: usize,
+    /// Rows confirmed by the broker and marked published.
+    pub published: usize,
+    /// Rows scheduled for another attempt.
+    pub retried: usize,
+    /// Rows moved to quarantine.
+    pub quarantined: usize,
+    /// Rows whose claim had been taken over by another relay when the outcome was recorded.
+    pub lost_claims: usize,
+    /// Rows given back unpublished because the relay is shutting down.
+    pub released: usize,
+}
+
+/// A running relay task.
+#[derive(Debug)]
+pub struct RelayHandle {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Result<()>>,
+}
+
+impl RelayHandle {
+    /// Graceful shutdown: stop claiming, await in-flight confirms up to the shutdown deadline,
+    /// record what was confirmed, release the rest, and wait for the task to end.
+    ///
+    /// # Errors
+    /// The relay's error if it had failed, or [`Error::Stopped`] if the task panicked or was aborted.
+    pub async fn shutdown(self) -> Result<()> {
+        let _ = self.stop.send(true);
+        self.task.await.map_err(|_| Error::Stopped)?
+    }
+
+    /// Stops the task at once, as if the process died: nothing more is written, claims stay until
+    /// their lease expires.
+    pub fn abort(&self) {
+        self.task.abort();
+    }
+
+    /// Whether the task has ended (for example at an armed crash point).
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// Waits for the task to end on its own.
+    ///
+    /// # Errors
+    /// The relay's error, or [`Error::Stopped`] if the task panicked or was aborted.
+    pub async fn join(self) -> Result<()> {
+        self.task.await.map_err(|_| Error::Stopped)?
+    }
+}
+
+enum Stop {
+    /// Keep going.
+    Run,
+    /// Finish the batch in hand (confirms until the deadline), then stop.
+    Graceful,
+}
+
+impl<P: Publisher> Relay<P> {
+    /// Starts a builder over the outbox in `pool`, publishing with `publisher`.
+    pub fn builder(pool: PgPool, publisher: P) -> RelayBuilder<P> {
+        RelayBuilder {
+            pool,
+            publisher,
+            routing: Arc::new(ByEventType),
+            settings: Settings {
+                relay_id: default_relay_id(),
+                batch_size: 500,
+                confirm_window: 1000,
+                lease: Duration::from_secs(30),
+                poll_interval: Duration::from_secs(1),
+                confirm_timeout: Duration::from_secs(10),
+                shutdown_deadline: Duration::from_secs(10),
+                retry: RetryPolicy::default(),
+                exchange: "outbox.events".to_owned(),
+                exchange_kind: ExchangeKind::Topic,
+                declare_exchange: true,
+                app_id: None,
+                #[cfg(feature = "fail-points")]
+                crash_at: None,
+            },
+        }
+    }
+
+    /// The id this relay records as the owner of its claims.
+    pub fn relay_id(&self) -> &str {
+        &self.shared.settings.relay_id
+    }
+
+    /// Runs the relay as a task of the current runtime.
+    pub fn spawn(self) -> RelayHandle {
+        let (stop, mut rx) = watch::channel(false);
+        let task = tokio::spawn(async move {
+            self.run(async move {
+                let _ = rx.wait_for(|s| *s).await;
+            })
+            .await
+        });
+        RelayHandle { stop, task }
+    }
+
+    /// Runs until `shutdown` completes, then shuts down gracefully.
+    ///
+    /// # Errors
+    /// [`Error::Crashed`] at an armed crash point; otherwise it keeps going through database and
+    /// broker failures (logging them) and returns `Ok` after a graceful shutdown.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
+        let span = tracing::info_span!("outbox.relay", relay_id = %self.shared.settings.relay_id);
+        async move {
+            let s = &self.shared.settings;
+            if s.declare_exchange {
+                if let Err(f) = self.shared.publisher.declare_exchange(&s.exchange, s.exchange_kind).await {
+                    tracing::warn!(exchange = %s.exchange, kind = %f.kind, reason = %f.reason, "could not declare the exchange yet; retrying on reconnect");
+                }
+            }
+            let (stop_tx, stop_rx) = watch::channel(false);
+            let (hard_tx, hard_rx) = watch::channel(false);
+            let workers = s.confirm_window.div_ceil(s.batch_size).max(1);
+            let mut tasks = JoinSet::new();
+            for _ in 0..workers {
+                let relay = self.clone();
+                let (stop_rx, hard_rx) = (stop_rx.clone(), hard_rx.clone());
+                tasks.spawn(async move { relay.worker(stop_rx, hard_rx).await }.in_current_span());
+            }
+            let listener = tokio::spawn(listen(self.shared.clone()).in_current_span());
+            tracing::info!(workers, batch_size = s.batch_size, "relay started");
+
+            tokio::pin!(shutdown);
+            let mut result = Ok(());
+            tokio::select! {
+                () = &mut shutdown => {}
+                r = join_next_error(&mut tasks) => result = r,
+            }
+            listener.abort();
+            if self.shared.crashed.load(Ordering::SeqCst) {
+                tasks.abort_all();
+                return Err(Error::Crashed);
+            }
+            // Graceful: stop claiming; batches in hand finish until the deadline, then cut short.
+            let _ = stop_tx.send(true);
+            let deadline = tokio::time::sleep(s.shutdown_deadline.mul_f64(0.8));
+            tokio::pin!(deadline);
+            loop {
+                tokio::select! {
+                    next = tasks.join_next() => match next {
+                        None => break,
+                        Some(Ok(Err(e))) => result = result.and(Err(e)),
+                        Some(_) => {}
+                    },
+                    () = &mut deadline, if !*hard_tx.borrow() => { let _ = hard_tx.send(true); }
+                }
+            }
+            tracing::info!("relay stopped");
+            result
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn worker(self, stop: watch::Receiver<bool>, hard: watch::Receiver<bool>) -> Result<()> {
+        let s = &self.shared.settings;
+        let mut idle_backoff = Duration::ZERO;
+        loop {
+            if *stop.borrow() {
+                return Ok(());
+            }
+            let notified = self.shared.wake.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let mode = if *stop.borrow() {
+                Stop::Graceful
+            } else {
+                Stop::Run
+            };
+            let wait = match self.batch(hard.clone(), mode).await {
+                Ok(report) if report.published > 0 => {
+                    idle_backoff = Duration::ZERO;
+                    continue;
+                }
+                Ok(report) if report.claimed == 0 => s.poll_interval,
+                Ok(report) if report.retried + report.quarantined == 0 => continue,
+                Ok(_) => {
+                    // Nothing of a claimed batch got through (broker down?): back off before
+                    // claiming more, so that a broker outage is not a hot loop over the backlog.
+                    idle_backoff = (idle_backoff * 2).clamp(
+                        Duration::from_millis(100),
+                        s.poll_interval.max(Duration::from_secs(5)),
+                    );
+                    idle_backoff
+                }
+                Err(Error::Crashed) => return Err(Error::Crashed),
+                Err(e) => {
+                    tracing::warn!(error = %e, kind = %e.kind(), "relay round failed; retrying");
+                    idle_backoff = (idle_backoff * 2)
+                        .clamp(Duration::from_millis(100), Duration::from_secs(5));
+                    idle_backoff
+                }
+            };
+            let mut stop_rx = stop.clone();
+            tokio::select! {
+                () = &mut notified => {}
+                () = tokio::time::sleep(wait) => {}
+                _ = stop_rx.wait_for(|s| *s) => {}
+            }
+        }
+    }
+
+    #[cfg(feature = "fail-points")]
+    fn crash_if(&self, point: CrashPoint) -> Result<()> {
+        if self.shared.settings.crash_at == Some(point) {
+            self.shared.crashed.store(true, Ordering::SeqCst);
+            tracing::warn!(?point, "crash point reached: relay stops as if killed");
+            return Err(Error::Crashed);
+        }
+        Ok(())
+    }
+
+    /// One round: claim a batch, publish it, await its confirms, record the outcomes.
+    ///
+    /// Exposed for tests and tools that want to drive the relay step by step.
+    ///
+    /// # Errors
+    /// A database error (the claimed rows stay leased and are retried after the lease).
+    pub async fn run_batch(&self) -> Result<BatchReport> {
+        let (_tx, rx) = watch::channel(false);
+        self.batch(rx, Stop::Run).await
+    }
+
+    async fn batch(&self, mut hard: watch::Receiver<bool>, _mode: Stop) -> Result<BatchReport> {
+        let s = &self.shared.settings;
+        let pool = &self.shared.pool;
+        let token = Uuid::new_v4();
+        let claimed = store::claim(pool, s.batch_size, &s.relay_id, token, s.lease).await?;
+        let mut report = BatchReport {
+            claimed: claimed.len(),
+            ..BatchReport::default()
+        };
+        if claimed.is_empty() {
+            return Ok(report);
+        }
+        #[cfg(feature = "fail-points")]
+        self.crash_if(CrashPoint::AfterClaim)?;
+
+        let messages: Vec<OutgoingMessage> = claimed
+            .iter()
+            .map(|c| OutgoingMessage {
+                event_id: c.event.id,
+                exchange: s.exchange.clone(),
+                routing_key: self.shared.routing.routing_key(&c.event),
+                message: wire::encode(&c.event, s.app_id.as_deref()),
+            })
+            .collect();
+        let confirms = self.shared.publisher.publish(messages).await;
+        #[cfg(feature = "fail-points")]
+        self.crash_if(CrashPoint::AfterPublishBeforeConfirm)?;
+
+        // Await the confirms until the timeout, or until a hard stop cuts the wait short.
+        let mut outcomes: Vec<Option<PublishOutcome>> = vec![None; claimed.len()];
+        let mut pending: FuturesUnordered<_> = confirms
+            .into_iter()
+            .enumerate()
+            .map(|(i, f)| async move { (i, f.await) })
+            .collect();
+        let timeout = tokio::time::sleep(s.confirm_timeout);
+        tokio::pin!(timeout);
+        let mut cut_short = false;
+        while !pending.is_empty() {
+            tokio::select! {
+                Some((i, outcome)) = pending.next() => outcomes[i] = Some(outcome),
+                () = &mut timeout => break,
+                _ = hard.wait_for(|h| *h) => { cut_short = true; break; }
+            }
+        }
+        drop(pending);
+        #[cfg(feature = "fail-points")]
+        self.crash_if(CrashPoint::AfterConfirmBeforeMark)?;
+
+        let now = SystemTime::now();
+        let mut published = Vec::new();
+        let mut failures = Vec::new();
+        let mut released = Vec::new();
+        for (c, outcome) in claimed.iter().zip(outcomes) {
+            let id = c.event.id;
+            let failure = match outcome {
+                Some(PublishOutcome::Confirmed) => {
+                    published.push(*id.as_uuid());
+                    metrics::histogram!("outbox_commit_to_confirm_seconds").record(
+                        now.duration_since(c.event.created_at)
+                            .unwrap_or_default()
+                            .as_secs_f64(),
+                    );
+                    continue;
+                }
+                Some(PublishOutcome::Failed(f)) => f,
+                None if cut_short => {
+                    released.push(*id.as_uuid());
+                    continue;
+                }
+                None => PublishFailure::new(
+                    FailureKind::Transient,
+                    "no confirm from the broker within the confirm timeout",
+                ),
+            };
+            let (quarantine, delay) = match s.retry.decide(
+                c.attempts,
+                c.event.created_at,
+                now,
+                failure.kind,
+            ) {
+                RetryDecision::RetryAt(t) => (false, t.duration_since(now).unwrap_or_default()),
+                RetryDecision::Quarantine(reason) => {
+                    tracing::warn!(event_id = %id, entity = ?c.event.entity.as_ref().map(|e| &e.key), kind = %failure.kind, %reason, "outbox.quarantine");
+                    (true, Duration::ZERO)
+                }
+            };
+            metrics::counter!("outbox_publish_failures_total", "kind" => failure.kind.as_str())
+                .increment(1);
+            tracing::debug!(event_id = %id, kind = %failure.kind, reason = %failure.reason, attempts = c.attempts, "outbox.publish_failed");
+            let reason = if quarantine {
+                format!("{} (quarantined)", failure.reason)
+            } else {
+                failure.reason
+            };
+            failures.push(store::Failure {
+                id,
+                quarantine,
+                delay,
+                reason,
+                kind: failure.kind,
+            });
+        }
+
+        let owned = store::mark_published(pool, &published, token).await?;
+        report.published = published.len();
+        report.lost_claims += published.len() - usize::try_from(owned).unwrap_or(0);
+        report.quarantined = failures.iter().filter(|f| f.quarantine).count();
+        report.retried = failures.len() - report.quarantined;
+        let owned = store::mark_failed(pool, &failures, token).await?;
+        report.lost_claims += failures.len() - usize::try_from(owned).unwrap_or(0);
+        report.released =
+            usize::try_from(store::release(pool, &released, token).await?).unwrap_or(0);
+
+        metrics::counter!("outbox_published_total").increment(report.published as u64);
+        metrics::counter!("outbox_quarantined_total").increment(report.quarantined as u64);
+        if report.lost_claims > 0 {
+            metrics::counter!("outbox_lost_claims_total").increment(report.lost_claims as u64);
+            tracing::warn!(
+                lost = report.lost_claims,
+                "claims were taken over by another relay before their outcome was recorded"
+            );
+        }
+        tracing::debug!(?report, "outbox.batch");
+        Ok(report)
+    }
+}
+
+/// Waits for the first worker that ends with an error (a crash point), or forever.
+async fn join_next_error(tasks: &mut JoinSet<Result<()>>) -> Result<()> {
+    while let Some(done) = tasks.join_next().await {
+        if let Ok(Err(e)) = done {
+            return Err(e);
+        }
+    }
+    std::future::pending().await
+}
+
+/// LISTEN for commits; wake the workers on each notification, and after every reconnect (when
+/// notifications may have been lost).
+async fn listen<P: Publisher>(shared: Arc<Shared<P>>) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let mut listener = match sqlx::postgres::PgListener::connect_with(&shared.pool).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot LISTEN for outbox notifications; polling meanwhile");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                continue;
+            }
+        };
+        if let Err(e) = listener.listen(crate::NOTIFY_CHANNEL).await {
+            tracing::warn!(error = %e, "LISTEN failed; polling meanwhile");
+            tokio::time::sleep(backoff).await;
+            continue;
+        }
+        backoff = Duration::from_millis(100);
+        shared.wake.notify_waiters();
+        loop {
+            match listener.try_recv().await {
+                Ok(Some(_)) => shared.wake.notify_waiters(),
+                Ok(None) => {
+                    // The connection was lost and is re-established on the next call; whatever was
+                    // notified meanwhile is lost, so look at the table now.
+                    tracing::debug!("LISTEN connection lost; reconnecting");
+                    shared.wake.notify_waiters();
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "LISTEN connection failed; reconnecting");
+                    shared.wake.notify_waiters();
+                    break;
+                }
+            }
+        }
+    }
+}

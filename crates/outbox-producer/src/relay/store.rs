@@ -1,0 +1,225 @@
+//! The relay's SQL: claim, record outcomes, release. Every statement is index-bound (see
+//! `docs/architecture.md`) and fenced by the claim token.
+
+use std::time::{Duration, SystemTime};
+
+use chrono::{DateTime, Utc};
+use outbox_core::{Entity, Event, EventId, FailureKind, HeaderValue, Headers, Payload};
+use sqlx::{PgPool, Row};
+use uuid::Uuid;
+
+use crate::{Error, Result};
+
+/// A claimed row: the event and what the retry policy needs.
+#[derive(Debug)]
+pub(crate) struct Claimed {
+    pub(crate) event: Event,
+    pub(crate) attempts: u32,
+}
+
+/// Claims up to `batch` due rows whose predecessor is done, and defers rows whose predecessor is
+/// quarantined (until an operator acts) or waiting for a retry (until that retry), so that blocked
+/// entities are not rescanned on every claim.
+const CLAIM: &str = "\
+WITH cand AS (
+    SELECT e.id, p.status AS p_status, p.next_attempt_at AS p_next, p.lease_owner AS p_owner
+    FROM outbox_events e
+    LEFT JOIN LATERAL (
+        SELECT q.status, q.next_attempt_at, q.lease_owner FROM outbox_events q
+        WHERE q.entity_key = e.entity_key AND q.seq = e.seq - 1
+    ) p ON true
+    WHERE e.status = 'pending' AND e.next_attempt_at <= now()
+    ORDER BY e.next_attempt_at, e.id
+    LIMIT $1
+    FOR UPDATE OF e SKIP LOCKED
+), ready AS (
+    SELECT id FROM cand WHERE p_status IS NULL OR p_status IN ('published', 'skipped') LIMIT $2
+), deferred AS (
+    UPDATE outbox_events o
+    SET next_attempt_at = CASE WHEN cand.p_status = 'quarantined' THEN 'infinity'::timestamptz ELSE cand.p_next END
+    FROM cand
+    WHERE o.id = cand.id
+      AND (cand.p_status = 'quarantined' OR (cand.p_status = 'pending' AND cand.p_owner IS NULL AND cand.p_next > now()))
+    RETURNING o.id
+)
+UPDATE outbox_events o
+SET lease_owner = $3, claim_token = $4, attempts = o.attempts + 1,
+    next_attempt_at = now() + make_interval(secs => $5)
+FROM ready
+WHERE o.id = ready.id
+RETURNING o.id, o.event_type, o.event_version, o.entity_key, o.seq, o.payload, o.content_type, o.headers,
+          o.correlation_id, o.causation_id, o.traceparent, o.created_at, o.attempts";
+
+const MARK_PUBLISHED: &str = "\
+UPDATE outbox_events
+SET status = 'published', published_at = now(), lease_owner = NULL, claim_token = NULL
+WHERE id = ANY($1) AND claim_token = $2 AND status = 'pending'";
+
+const MARK_FAILED: &str = "\
+UPDATE outbox_events o
+SET status = CASE WHEN f.quarantine THEN 'quarantined' ELSE 'pending' END,
+    next_attempt_at = CASE WHEN f.quarantine THEN o.next_attempt_at ELSE now() + make_interval(secs => f.delay) END,
+    quarantined_at = CASE WHEN f.quarantine THEN now() END,
+    last_error = f.reason, last_error_kind = f.kind, lease_owner = NULL, claim_token = NULL
+FROM UNNEST($1::uuid[], $2::bool[], $3::float8[], $4::text[], $5::text[]) AS f(id, quarantine, delay, reason, kind)
+WHERE o.id = f.id AND o.claim_token = $6 AND o.status = 'pending'";
+
+const RELEASE: &str = "\
+UPDATE outbox_events
+SET next_attempt_at = now(), lease_owner = NULL, claim_token = NULL
+WHERE id = ANY($1) AND claim_token = $2 AND status = 'pending'";
+
+/// What to record for a row that was not confirmed.
+#[derive(Debug, Clone)]
+pub(crate) struct Failure {
+    pub(crate) id: EventId,
+    pub(crate) quarantine: bool,
+    pub(crate) delay: Duration,
+    pub(crate) reason: String,
+    pub(crate) kind: FailureKind,
+}
+
+fn headers_from_json(id: Uuid, value: serde_json::Value) -> Result<Headers> {
+    let serde_json::Value::Object(map) = value else {
+        return Err(Error::CorruptRow {
+            id,
+            what: "headers is not a JSON object",
+        });
+    };
+    map.into_iter()
+        .map(|(k, v)| {
+            let v = match v {
+                serde_json::Value::String(s) => HeaderValue::String(s),
+                serde_json::Value::Bool(b) => HeaderValue::Bool(b),
+                serde_json::Value::Number(n) => {
+                    HeaderValue::Int(n.as_i64().ok_or(Error::CorruptRow {
+                        id,
+                        what: "header number is not an integer",
+                    })?)
+                }
+                _ => {
+                    return Err(Error::CorruptRow {
+                        id,
+                        what: "header value is not a string, integer or boolean",
+                    });
+                }
+            };
+            Ok((k, v))
+        })
+        .collect()
+}
+
+fn event_from_row(row: &sqlx::postgres::PgRow) -> Result<Claimed> {
+    let id: Uuid = row.try_get("id")?;
+    let version: i64 = row.try_get("event_version")?;
+    let entity_key: Option<String> = row.try_get("entity_key")?;
+    let seq: Option<i64> = row.try_get("seq")?;
+    let entity = match (entity_key, seq) {
+        (Some(key), Some(seq)) => Some(Entity {
+            key,
+            seq: u64::try_from(seq).map_err(|_| Error::CorruptRow {
+                id,
+                what: "negative sequence",
+            })?,
+        }),
+        (None, None) => None,
+        _ => {
+            return Err(Error::CorruptRow {
+                id,
+                what: "entity key without sequence",
+            });
+        }
+    };
+    let created_at: DateTime<Utc> = row.try_get("created_at")?;
+    let attempts: i32 = row.try_get("attempts")?;
+    let event = Event {
+        id: EventId::from_uuid(id),
+        event_type: row.try_get("event_type")?,
+        event_version: u32::try_from(version).map_err(|_| Error::CorruptRow {
+            id,
+            what: "event version out of range",
+        })?,
+        entity,
+        payload: Payload::new(
+            row.try_get::<Vec<u8>, _>("payload")?,
+            row.try_get::<String, _>("content_type")?,
+        ),
+        correlation_id: row.try_get("correlation_id")?,
+        causation_id: row.try_get("causation_id")?,
+        traceparent: row.try_get("traceparent")?,
+        headers: headers_from_json(id, row.try_get("headers")?)?,
+        created_at: SystemTime::from(created_at),
+    };
+    Ok(Claimed {
+        event,
+        attempts: u32::try_from(attempts).unwrap_or(0),
+    })
+}
+
+/// Claims due, ready rows under `token`, leased for `lease`.
+pub(crate) async fn claim(
+    pool: &PgPool,
+    batch: usize,
+    owner: &str,
+    token: Uuid,
+    lease: Duration,
+) -> Result<Vec<Claimed>> {
+    let batch = i64::try_from(batch).unwrap_or(i64::MAX);
+    let rows = sqlx::query(CLAIM)
+        .bind(batch.saturating_mul(2))
+        .bind(batch)
+        .bind(owner)
+        .bind(token)
+        .bind(lease.as_secs_f64())
+        .fetch_all(pool)
+        .await?;
+    rows.iter().map(event_from_row).collect()
+}
+
+/// Marks confirmed rows published; returns how many this claim still owned.
+pub(crate) async fn mark_published(pool: &PgPool, ids: &[Uuid], token: Uuid) -> Result<u64> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    Ok(sqlx::query(MARK_PUBLISHED)
+        .bind(ids)
+        .bind(token)
+        .execute(pool)
+        .await?
+        .rows_affected())
+}
+
+/// Records failures (retry later or quarantine); returns how many this claim still owned.
+pub(crate) async fn mark_failed(pool: &PgPool, failures: &[Failure], token: Uuid) -> Result<u64> {
+    if failures.is_empty() {
+        return Ok(0);
+    }
+    let ids: Vec<Uuid> = failures.iter().map(|f| *f.id.as_uuid()).collect();
+    let quarantine: Vec<bool> = failures.iter().map(|f| f.quarantine).collect();
+    let delays: Vec<f64> = failures.iter().map(|f| f.delay.as_secs_f64()).collect();
+    let reasons: Vec<&str> = failures.iter().map(|f| f.reason.as_str()).collect();
+    let kinds: Vec<&str> = failures.iter().map(|f| f.kind.as_str()).collect();
+    Ok(sqlx::query(MARK_FAILED)
+        .bind(&ids)
+        .bind(&quarantine)
+        .bind(&delays)
+        .bind(&reasons)
+        .bind(&kinds)
+        .bind(token)
+        .execute(pool)
+        .await?
+        .rows_affected())
+}
+
+/// Gives rows back without recording an attempt outcome, so another relay takes them at once.
+pub(crate) async fn release(pool: &PgPool, ids: &[Uuid], token: Uuid) -> Result<u64> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    Ok(sqlx::query(RELEASE)
+        .bind(ids)
+        .bind(token)
+        .execute(pool)
+        .await?
+        .rows_affected())
+}

@@ -1,0 +1,207 @@
+//! A consumer that records every delivery of a queue, with assertions over what arrived.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{Channel, Connection, ConnectionProperties};
+use uuid::Uuid;
+
+use crate::Result;
+
+/// One delivery as the recorder saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// `message_id` parsed as a UUID (`None` if absent or not a UUID).
+    pub event_id: Option<Uuid>,
+    /// Header `x-entity`.
+    pub entity: Option<String>,
+    /// Header `x-seq`.
+    pub seq: Option<i64>,
+    /// The broker's redelivered flag.
+    pub redelivered: bool,
+    /// The routing key it was published with.
+    pub routing_key: String,
+    /// Arrival time.
+    pub arrived_at: Instant,
+}
+
+/// Records every delivery of one queue (acking each), until dropped.
+///
+/// ```no_run
+/// # async fn demo(queue: &str) -> Result<(), outbox_testkit::Error> {
+/// use std::time::Duration;
+/// let recorder = outbox_testkit::Recorder::start(queue).await?;
+/// recorder.wait_for_count(100, Duration::from_secs(10)).await?;
+/// assert!(recorder.in_entity_order().is_ok());
+/// assert!(recorder.duplicates().is_empty());
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Recorder {
+    records: Arc<Mutex<Vec<Record>>>,
+    task: tokio::task::JoinHandle<()>,
+    _connection: Connection,
+}
+
+fn header_str(h: Option<&FieldTable>, name: &str) -> Option<String> {
+    match h?.inner().get(name)? {
+        AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+        AMQPValue::ShortString(s) => Some(s.as_str().to_owned()),
+        _ => None,
+    }
+}
+
+fn header_int(h: Option<&FieldTable>, name: &str) -> Option<i64> {
+    match h?.inner().get(name)? {
+        AMQPValue::LongLongInt(i) => Some(*i),
+        AMQPValue::LongInt(i) => Some(i64::from(*i)),
+        AMQPValue::ShortInt(i) => Some(i64::from(*i)),
+        _ => None,
+    }
+}
+
+impl Recorder {
+    /// Starts consuming `queue` on a connection of its own.
+    ///
+    /// # Errors
+    /// If the broker cannot be reached or the queue does not exist.
+    pub async fn start(queue: &str) -> Result<Self> {
+        let connection =
+            Connection::connect(&crate::amqp_url(), ConnectionProperties::default()).await?;
+        let channel: Channel = connection.create_channel().await?;
+        channel.basic_qos(1000, BasicQosOptions::default()).await?;
+        let mut consumer = channel
+            .basic_consume(
+                queue.into(),
+                "".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        let records = Arc::new(Mutex::new(Vec::new()));
+        let sink = records.clone();
+        let task = tokio::spawn(async move {
+            while let Some(Ok(delivery)) = consumer.next().await {
+                let h = delivery.properties.headers().as_ref();
+                let record = Record {
+                    event_id: delivery
+                        .properties
+                        .message_id()
+                        .as_ref()
+                        .and_then(|m| Uuid::parse_str(m.as_str()).ok()),
+                    entity: header_str(h, "x-entity"),
+                    seq: header_int(h, "x-seq"),
+                    redelivered: delivery.redelivered,
+                    routing_key: delivery.routing_key.as_str().to_owned(),
+                    arrived_at: Instant::now(),
+                };
+                if let Ok(mut r) = sink.lock() {
+                    r.push(record);
+                }
+                let _ = delivery.ack(BasicAckOptions::default()).await;
+            }
+        });
+        Ok(Self {
+            records,
+            task,
+            _connection: connection,
+        })
+    }
+
+    /// Everything recorded so far, in arrival order.
+    pub fn records(&self) -> Vec<Record> {
+        self.records.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    /// How many deliveries arrived.
+    pub fn count(&self) -> usize {
+        self.records.lock().map(|r| r.len()).unwrap_or(0)
+    }
+
+    /// Waits until at least `n` deliveries arrived.
+    ///
+    /// # Errors
+    /// [`crate::Error::Timeout`] with the count reached.
+    pub async fn wait_for_count(&self, n: usize, deadline: Duration) -> Result<()> {
+        crate::wait_for(&format!("{n} deliveries"), deadline, || async {
+            (self.count() >= n).then_some(())
+        })
+        .await
+        .map_err(|_| crate::Error::Timeout {
+            what: format!("{n} deliveries (got {})", self.count()),
+            after: deadline,
+        })
+    }
+
+    /// The distinct event ids that arrived.
+    pub fn ids(&self) -> HashSet<Uuid> {
+        self.records()
+            .into_iter()
+            .filter_map(|r| r.event_id)
+            .collect()
+    }
+
+    /// Whether every id of `expected` arrived; returns the missing ones otherwise.
+    pub fn all_delivered(
+        &self,
+        expected: impl IntoIterator<Item = Uuid>,
+    ) -> std::result::Result<(), Vec<Uuid>> {
+        let got = self.ids();
+        let missing: Vec<Uuid> = expected
+            .into_iter()
+            .filter(|id| !got.contains(id))
+            .collect();
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(missing)
+        }
+    }
+
+    /// Event ids that arrived more than once, with their counts.
+    pub fn duplicates(&self) -> HashMap<Uuid, usize> {
+        let mut counts: HashMap<Uuid, usize> = HashMap::new();
+        for id in self.records().into_iter().filter_map(|r| r.event_id) {
+            *counts.entry(id).or_default() += 1;
+        }
+        counts.retain(|_, c| *c > 1);
+        counts
+    }
+
+    /// Checks that, per entity, the first arrival of each sequence number came in increasing
+    /// order (a redelivered duplicate of an earlier number is not a violation). Returns the
+    /// violations as `(entity, seq that arrived, highest seq seen before it)`.
+    pub fn in_entity_order(&self) -> std::result::Result<(), Vec<(String, i64, i64)>> {
+        let mut highest: HashMap<String, i64> = HashMap::new();
+        let mut seen: HashSet<(String, i64)> = HashSet::new();
+        let mut violations = Vec::new();
+        for r in self.records() {
+            let (Some(entity), Some(seq)) = (r.entity, r.seq) else {
+                continue;
+            };
+            if !seen.insert((entity.clone(), seq)) {
+                continue;
+            }
+            let top = highest.entry(entity.clone()).or_insert(0);
+            if seq != *top + 1 {
+                violations.push((entity, seq, *top));
+            }
+            *top = (*top).max(seq);
+        }
+        if violations.is_empty() {
+            Ok(())
+        } else {
+            Err(violations)
+        }
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
