@@ -5,7 +5,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::{Env, enqueue, wait_all_published};
+use support::{Env, count_status, enqueue, wait_all_published};
 
 #[tokio::test]
 async fn publishes_every_committed_event_in_entity_order() {
@@ -30,5 +30,241 @@ async fn publishes_every_committed_event_in_entity_order() {
     );
     env.recorder.in_entity_order().expect("per-entity order");
     assert_eq!(env.recorder.count(), 120);
+    env.close().await;
+}
+
+fn closed_port_url() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    drop(listener);
+    format!("amqp://guest:guest@127.0.0.1:{port}/%2f")
+}
+
+/// Scenario 2: the commit succeeds while the broker is unreachable; the event waits with its
+/// attempts, error and next attempt recorded, and goes out once the broker is reachable.
+#[tokio::test]
+async fn scenario_02_broker_down_event_waits_then_goes_out() {
+    let env = Env::new().await;
+    let ids = enqueue(env.pool(), 3, 2, 1).await;
+    let down = outbox_producer::AmqpPublisher::builder(closed_port_url()).build();
+    let policy = outbox_core::RetryPolicy::default()
+        .initial_delay(Duration::from_millis(300))
+        .max_delay(Duration::from_secs(1));
+    let handle = env
+        .relay_with(down)
+        .retry_policy(policy)
+        .build()
+        .expect("relay")
+        .spawn();
+
+    // The heads of the three entities and the unordered event were attempted and failed.
+    outbox_testkit::wait_for("failed attempts recorded", Duration::from_secs(10), || async {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_events WHERE attempts > 0 AND last_error_kind = 'transient'")
+            .fetch_one(env.pool())
+            .await
+            .ok()?;
+        (n >= 4).then_some(())
+    })
+    .await
+    .expect("attempts recorded");
+    handle.shutdown().await.expect("shutdown");
+    let (attempts, next_in_future, error): (i32, bool, String) = sqlx::query_as(
+        "SELECT attempts, next_attempt_at > created_at, last_error FROM outbox_events WHERE attempts > 0 ORDER BY attempts DESC LIMIT 1",
+    )
+    .fetch_one(env.pool())
+    .await
+    .expect("row");
+    assert!(attempts >= 1 && next_in_future, "attempts {attempts}");
+    assert!(error.contains("cannot connect"), "{error}");
+    assert!(
+        !error.contains("guest"),
+        "credentials leaked into the recorded error: {error}"
+    );
+    assert_eq!(count_status(env.pool(), "published").await, 0);
+    assert_eq!(count_status(env.pool(), "quarantined").await, 0);
+    assert_eq!(env.recorder.count(), 0);
+
+    // The broker is reachable again: everything goes out, in order.
+    let handle = env
+        .relay()
+        .retry_policy(policy)
+        .build()
+        .expect("relay")
+        .spawn();
+    env.recorder
+        .wait_for_count(ids.len(), Duration::from_secs(20))
+        .await
+        .expect("delivered after recovery");
+    wait_all_published(env.pool(), ids.len() as i64, Duration::from_secs(10)).await;
+    handle.shutdown().await.expect("shutdown");
+    env.recorder
+        .all_delivered(ids.iter().copied())
+        .expect("nothing lost");
+    env.recorder.in_entity_order().expect("order");
+    assert!(env.recorder.duplicates().is_empty());
+    env.close().await;
+}
+
+/// Scenario 3: the relay dies right after claiming, before publishing; another relay takes the
+/// rows over when the lease expires and publishes everything exactly once.
+#[tokio::test]
+async fn scenario_03_relay_dies_before_publishing() {
+    let env = Env::new().await;
+    let ids = enqueue(env.pool(), 5, 4, 5).await;
+    let crashed = env
+        .relay()
+        .crash_at(outbox_producer::CrashPoint::AfterClaim)
+        .build()
+        .expect("relay")
+        .spawn();
+    let err = crashed
+        .join()
+        .await
+        .expect_err("stopped at the crash point");
+    assert!(matches!(err, outbox_producer::Error::Crashed));
+    let leased: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM outbox_events WHERE lease_owner IS NOT NULL")
+            .fetch_one(env.pool())
+            .await
+            .expect("count");
+    assert!(leased > 0, "the dead relay held claims");
+
+    let handle = env.relay().build().expect("relay").spawn();
+    env.recorder
+        .wait_for_count(ids.len(), Duration::from_secs(30))
+        .await
+        .expect("all delivered");
+    wait_all_published(env.pool(), ids.len() as i64, Duration::from_secs(10)).await;
+    handle.shutdown().await.expect("shutdown");
+    env.recorder
+        .all_delivered(ids.iter().copied())
+        .expect("nothing lost");
+    assert!(
+        env.recorder.duplicates().is_empty(),
+        "nothing was published before the crash"
+    );
+    env.recorder.in_entity_order().expect("order");
+    env.close().await;
+}
+
+/// Scenario 4: the relay dies after the broker confirmed, before marking; the rows are published
+/// again with the SAME event ids, and nothing is lost.
+#[tokio::test]
+async fn scenario_04_relay_dies_after_confirm_before_mark() {
+    let env = Env::new().await;
+    let ids = enqueue(env.pool(), 4, 3, 2).await;
+    let crashed = env
+        .relay()
+        .batch_size(6)
+        .confirm_window(6)
+        .crash_at(outbox_producer::CrashPoint::AfterConfirmBeforeMark)
+        .build()
+        .expect("relay")
+        .spawn();
+    assert!(matches!(
+        crashed.join().await,
+        Err(outbox_producer::Error::Crashed)
+    ));
+    env.recorder
+        .wait_for_count(6, Duration::from_secs(10))
+        .await
+        .expect("first batch reached the broker");
+    let first: std::collections::HashSet<_> = env.recorder.ids();
+    assert_eq!(
+        count_status(env.pool(), "published").await,
+        0,
+        "nothing was marked"
+    );
+
+    let handle = env.relay().build().expect("relay").spawn();
+    env.recorder
+        .wait_for_count(ids.len() + first.len(), Duration::from_secs(30))
+        .await
+        .expect("all delivered");
+    wait_all_published(env.pool(), ids.len() as i64, Duration::from_secs(10)).await;
+    handle.shutdown().await.expect("shutdown");
+
+    env.recorder
+        .all_delivered(ids.iter().copied())
+        .expect("nothing lost");
+    let dups = env.recorder.duplicates();
+    assert_eq!(
+        dups.keys()
+            .copied()
+            .collect::<std::collections::HashSet<_>>(),
+        first,
+        "exactly the unmarked batch is republished"
+    );
+    assert!(dups.values().all(|n| *n == 2), "{dups:?}");
+    env.recorder.in_entity_order().expect("order");
+    env.close().await;
+}
+
+/// Scenario 5 at scale: three relays on one database drain 20,000 events over 500 entities; every
+/// event arrives once and per-entity order holds.
+#[tokio::test]
+async fn three_relays_share_20000_events_over_500_entities() {
+    let env = Env::new().await;
+    let ids = enqueue(env.pool(), 500, 40, 0).await;
+    let relays: Vec<_> = (0..3)
+        .map(|i| {
+            env.relay_with(support::publisher())
+                .relay_id(format!("relay-{i}"))
+                .batch_size(200)
+                .confirm_window(400)
+                .build()
+                .expect("relay")
+                .spawn()
+        })
+        .collect();
+    env.recorder
+        .wait_for_count(ids.len(), Duration::from_secs(120))
+        .await
+        .expect("all delivered");
+    wait_all_published(env.pool(), ids.len() as i64, Duration::from_secs(20)).await;
+    for r in relays {
+        r.shutdown().await.expect("shutdown");
+    }
+    env.recorder
+        .all_delivered(ids.iter().copied())
+        .expect("nothing lost");
+    assert!(
+        env.recorder.duplicates().is_empty(),
+        "published twice without a crash: {}",
+        env.recorder.duplicates().len()
+    );
+    env.recorder
+        .in_entity_order()
+        .expect("per-entity order across relays");
+    env.close().await;
+}
+
+/// A transaction that enqueued first but commits last is still published (rows are selected by
+/// state, not behind a high-water mark of ids).
+#[tokio::test]
+async fn transaction_that_commits_late_is_published() {
+    let env = Env::new().await;
+    let outbox = outbox_producer::Outbox::new();
+    let mut late = env.pool().begin().await.expect("begin");
+    let late_id = outbox
+        .enqueue(&mut *late, support::event(None))
+        .await
+        .expect("enqueue early");
+
+    let handle = env.relay().build().expect("relay").spawn();
+    let later = enqueue(env.pool(), 0, 1, 20).await;
+    env.recorder
+        .wait_for_count(20, Duration::from_secs(10))
+        .await
+        .expect("later events published first");
+    late.commit().await.expect("late commit");
+    env.recorder
+        .wait_for_count(21, Duration::from_secs(10))
+        .await
+        .expect("the late event is published too");
+    handle.shutdown().await.expect("shutdown");
+    env.recorder
+        .all_delivered(later.into_iter().chain([*late_id.as_uuid()]))
+        .expect("nothing lost");
     env.close().await;
 }
