@@ -268,3 +268,56 @@ async fn transaction_that_commits_late_is_published() {
         .expect("nothing lost");
     env.close().await;
 }
+
+/// Scenario 8: a backlog of 50,000 events written while no relay ran drains fully, in order.
+#[tokio::test]
+async fn scenario_08_backlog_of_50000_drains_in_order() {
+    let env = Env::new().await;
+    let ids = enqueue(env.pool(), 1000, 50, 0).await;
+    let handle = env.relay().build().expect("relay").spawn();
+    env.recorder
+        .wait_for_count(ids.len(), Duration::from_secs(240))
+        .await
+        .expect("backlog drained");
+    wait_all_published(env.pool(), ids.len() as i64, Duration::from_secs(20)).await;
+    handle.shutdown().await.expect("shutdown");
+    env.recorder
+        .all_delivered(ids.iter().copied())
+        .expect("nothing lost");
+    assert!(env.recorder.duplicates().is_empty());
+    env.recorder.in_entity_order().expect("order");
+    env.close().await;
+}
+
+/// A notification wakes an idle relay at once: no event waits for the polling interval.
+#[tokio::test]
+async fn notification_wakes_an_idle_relay_without_waiting_for_the_poll() {
+    let env = Env::new().await;
+    let handle = env
+        .relay()
+        .poll_interval(Duration::from_secs(60))
+        .build()
+        .expect("relay")
+        .spawn();
+    let outbox = outbox_producer::Outbox::new();
+    for i in 1..=5 {
+        let started = std::time::Instant::now();
+        let mut tx = env.pool().begin().await.expect("begin");
+        outbox
+            .enqueue(&mut *tx, support::event(Some("k")))
+            .await
+            .expect("enqueue");
+        tx.commit().await.expect("commit");
+        env.recorder
+            .wait_for_count(i, Duration::from_secs(10))
+            .await
+            .expect("delivered");
+        let waited = started.elapsed();
+        assert!(
+            waited < Duration::from_secs(5),
+            "event {i} waited {waited:?}: the poll (60 s), not the notification, woke the relay"
+        );
+    }
+    handle.shutdown().await.expect("shutdown");
+    env.close().await;
+}

@@ -346,7 +346,42 @@ impl AmqpPublisher {
     }
 }
 
-async fn confirm(pending: lapin::PublisherConfirm) -> PublishOutcome {
+/// The broker's size limit from its channel-close text ("message size N is larger than configured
+/// max size M").
+fn size_limit(reason: &str) -> Option<usize> {
+    let rest = &reason[reason.find("max size")? + "max size".len()..];
+    rest.split(|c: char| !c.is_ascii_digit())
+        .find(|s| !s.is_empty())?
+        .parse()
+        .ok()
+}
+
+/// When the broker closes the channel over one oversized message, every confirm pending on that
+/// channel fails with the same error: only the message that is actually too large is rejected,
+/// the others are merely unknown (transient).
+fn blame(outcome: PublishOutcome, body_len: usize) -> PublishOutcome {
+    match outcome {
+        PublishOutcome::Failed(mut f)
+            if f.kind == FailureKind::Rejected && f.reason.contains("message size") =>
+        {
+            if size_limit(&f.reason).is_some_and(|max| body_len <= max) {
+                f.kind = FailureKind::Transient;
+                f.reason = format!(
+                    "channel closed by another message's rejection ({})",
+                    f.reason
+                );
+            }
+            PublishOutcome::Failed(f)
+        }
+        other => other,
+    }
+}
+
+async fn confirm(pending: lapin::PublisherConfirm, body_len: usize) -> PublishOutcome {
+    blame(confirm_outcome(pending).await, body_len)
+}
+
+async fn confirm_outcome(pending: lapin::PublisherConfirm) -> PublishOutcome {
     match pending.await {
         Ok(Confirmation::Ack(None)) => PublishOutcome::Confirmed,
         Ok(Confirmation::Ack(Some(returned))) => PublishOutcome::Failed(PublishFailure::new(
@@ -398,6 +433,7 @@ impl Publisher for AmqpPublisher {
                 ..BasicPublishOptions::default()
             };
             let props = properties(&msg.message);
+            let body_len = msg.message.body.len();
             match channel
                 .basic_publish(
                     msg.exchange.as_str().into(),
@@ -408,9 +444,14 @@ impl Publisher for AmqpPublisher {
                 )
                 .await
             {
-                Ok(pending) => out.push(Box::pin(confirm(pending))),
+                Ok(pending) => out.push(Box::pin(confirm(pending, body_len))),
                 Err(e) => {
-                    let failure = classify(&e);
+                    let failure = match blame(PublishOutcome::Failed(classify(&e)), body_len) {
+                        PublishOutcome::Failed(f) => f,
+                        PublishOutcome::Confirmed => {
+                            PublishFailure::new(FailureKind::Transient, "unknown")
+                        }
+                    };
                     tracing::warn!(event_id = %msg.event_id, kind = %failure.kind, reason = %failure.reason, "outbox.publish_failed");
                     self.forget_channel(&channel).await;
                     out.push(ready(PublishOutcome::Failed(failure.clone())));
@@ -436,5 +477,23 @@ impl Publisher for AmqpPublisher {
         declare(&channel, exchange, kind)
             .await
             .map_err(|e| classify(&e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_oversized_message_is_blamed() {
+        let reason = "broker error 406: PRECONDITION_FAILED - message size 135266512 is larger than configured max size 134217728";
+        assert_eq!(size_limit(reason), Some(134_217_728));
+        let failed = || PublishOutcome::Failed(PublishFailure::new(FailureKind::Rejected, reason));
+        assert!(
+            matches!(blame(failed(), 135_266_512), PublishOutcome::Failed(f) if f.kind == FailureKind::Rejected)
+        );
+        assert!(
+            matches!(blame(failed(), 300), PublishOutcome::Failed(f) if f.kind == FailureKind::Transient)
+        );
     }
 }

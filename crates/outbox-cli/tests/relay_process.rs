@@ -1,0 +1,206 @@
+//! The `outbox relay` process: SIGTERM during a busy drain exits cleanly within the deadline with
+//! nothing confirmed left unmarked; SIGKILL loses nothing.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use outbox_core::NewEvent;
+use outbox_producer::{AmqpPublisher, Outbox, Relay};
+use outbox_testkit::{Recorder, TestBroker, TestDb, wait_for};
+use sqlx::PgPool;
+
+async fn fill(pool: &PgPool, entities: usize, per_entity: usize) -> Vec<uuid::Uuid> {
+    let outbox = Outbox::new();
+    let mut ids = Vec::new();
+    for round in 0..per_entity {
+        let events: Vec<NewEvent> = (0..entities)
+            .map(|e| {
+                NewEvent::json(
+                    "order.changed",
+                    &serde_json::json!({ "round": round, "pad": "x".repeat(200) }),
+                )
+                .expect("json")
+                .entity(format!("e-{e}"))
+            })
+            .collect();
+        let mut tx = pool.begin().await.expect("begin");
+        ids.extend(
+            outbox
+                .enqueue_many(&mut *tx, events)
+                .await
+                .expect("enqueue")
+                .into_iter()
+                .map(|id| *id.as_uuid()),
+        );
+        tx.commit().await.expect("commit");
+    }
+    ids
+}
+
+fn spawn_relay(db: &TestDb, exchange: &str, extra: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_outbox"))
+        .arg("relay")
+        .args([
+            "--exchange",
+            exchange,
+            "--no-declare-exchange",
+            "--batch-size",
+            "200",
+            "--confirm-window",
+            "400",
+        ])
+        .args(extra)
+        .env("DATABASE_URL", db.url())
+        .env("AMQP_URL", outbox_testkit::amqp_url())
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn outbox relay")
+}
+
+fn signal(child: &Child, sig: &str) {
+    let status = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+}
+
+async fn published(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM outbox_events WHERE status = 'published'")
+        .fetch_one(pool)
+        .await
+        .expect("count")
+}
+
+async fn wait_exit(child: &mut Child, deadline: Duration) -> std::process::ExitStatus {
+    wait_for("the relay process to exit", deadline, || {
+        let status = child.try_wait().expect("try_wait");
+        async move { status }
+    })
+    .await
+    .expect("exited in time")
+}
+
+async fn setup() -> (TestDb, TestBroker, String, Recorder) {
+    let db = TestDb::new().await.expect("db");
+    let broker = TestBroker::new().await.expect("broker");
+    let exchange = broker
+        .declare_exchange("events", lapin::ExchangeKind::Topic)
+        .await
+        .expect("exchange");
+    let queue = broker.declare_queue("all").await.expect("queue");
+    broker.bind(&queue, &exchange, "#").await.expect("bind");
+    let recorder = Recorder::start(&queue).await.expect("recorder");
+    (db, broker, exchange, recorder)
+}
+
+async fn drain_rest(db: &TestDb, exchange: &str, recorder: &Recorder, ids: &[uuid::Uuid]) {
+    let relay = Relay::builder(
+        db.pool().clone(),
+        AmqpPublisher::builder(outbox_testkit::amqp_url()).build(),
+    )
+    .exchange(exchange)
+    .declare_exchange(false)
+    .lease(Duration::from_secs(2))
+    .confirm_timeout(Duration::from_secs(1))
+    .poll_interval(Duration::from_millis(200))
+    .build()
+    .expect("relay")
+    .spawn();
+    wait_for(
+        "every event delivered",
+        Duration::from_secs(120),
+        || async { recorder.all_delivered(ids.iter().copied()).ok() },
+    )
+    .await
+    .expect("nothing lost");
+    wait_for("every row published", Duration::from_secs(20), || async {
+        (published(db.pool()).await == ids.len() as i64).then_some(())
+    })
+    .await
+    .expect("all marked");
+    relay.shutdown().await.expect("shutdown");
+}
+
+#[tokio::test]
+async fn sigterm_during_a_busy_drain_exits_in_time_and_nothing_confirmed_is_republished() {
+    let (db, broker, exchange, recorder) = setup().await;
+    let ids = fill(db.pool(), 300, 100).await;
+    let mut child = spawn_relay(&db, &exchange, &["--shutdown-deadline-secs", "5"]);
+    wait_for(
+        "the drain to be under way",
+        Duration::from_secs(60),
+        || async { (published(db.pool()).await >= 2000).then_some(()) },
+    )
+    .await
+    .expect("busy");
+    let sent = Instant::now();
+    signal(&child, "-TERM");
+    let status = wait_exit(&mut child, Duration::from_secs(8)).await;
+    let took = sent.elapsed();
+    assert!(status.success(), "clean exit expected, got {status}");
+    assert!(
+        took < Duration::from_secs(5),
+        "exit took {took:?}, deadline 5 s"
+    );
+    let done = published(db.pool()).await;
+    assert!(
+        done < ids.len() as i64,
+        "the drain was interrupted (published {done})"
+    );
+    let leased: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM outbox_events WHERE lease_owner IS NOT NULL")
+            .fetch_one(db.pool())
+            .await
+            .expect("count");
+    assert_eq!(
+        leased, 0,
+        "claims are released at shutdown so the next relay continues at once"
+    );
+
+    drain_rest(&db, &exchange, &recorder, &ids).await;
+    assert!(
+        recorder.duplicates().is_empty(),
+        "{} events confirmed before SIGTERM were published again",
+        recorder.duplicates().len()
+    );
+    recorder.in_entity_order().expect("order");
+    drop(recorder);
+    broker.close().await.expect("cleanup");
+    db.close().await.expect("cleanup");
+}
+
+#[tokio::test]
+async fn sigkill_mid_drain_loses_nothing() {
+    let (db, broker, exchange, recorder) = setup().await;
+    let ids = fill(db.pool(), 200, 50).await;
+    let mut child = spawn_relay(
+        &db,
+        &exchange,
+        &["--lease-secs", "2", "--confirm-timeout-secs", "1"],
+    );
+    wait_for(
+        "the drain to be under way",
+        Duration::from_secs(60),
+        || async { (published(db.pool()).await >= 1000).then_some(()) },
+    )
+    .await
+    .expect("busy");
+    signal(&child, "-KILL");
+    let _ = wait_exit(&mut child, Duration::from_secs(5)).await;
+    assert!(published(db.pool()).await < ids.len() as i64);
+
+    drain_rest(&db, &exchange, &recorder, &ids).await;
+    // Only rows in flight at the kill may arrive twice, and with their original ids.
+    assert!(
+        recorder.duplicates().len() <= 400,
+        "more duplicates than one confirm window: {}",
+        recorder.duplicates().len()
+    );
+    recorder.in_entity_order().expect("order");
+    drop(recorder);
+    broker.close().await.expect("cleanup");
+    db.close().await.expect("cleanup");
+}
