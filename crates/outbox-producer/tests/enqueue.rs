@@ -319,7 +319,8 @@ async fn invalid_events_are_rejected_before_any_sql() {
     business_table(pool).await;
     let outbox = Outbox::builder().max_payload_bytes(64).build();
 
-    let cases: Vec<(NewEvent, fn(&EventError) -> bool)> = vec![
+    type Case = (NewEvent, fn(&EventError) -> bool);
+    let cases: Vec<Case> = vec![
         (NewEvent::json("", &1).expect("json"), |e| {
             matches!(e, EventError::EmptyEventType)
         }),

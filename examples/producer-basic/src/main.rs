@@ -83,7 +83,8 @@ async fn main() -> Result<(), BoxError> {
     change_order(&pool, &outbox, b, "cancelled", 4500, false).await?; // rolled back: no event
     change_order(&pool, &outbox, a, "shipped", 1999, true).await?;
 
-    let rows: Vec<(uuid::Uuid, String, Option<String>, Option<i64>, String)> = sqlx::query_as(
+    type Row = (uuid::Uuid, String, Option<String>, Option<i64>, String);
+    let rows: Vec<Row> = sqlx::query_as(
         "SELECT id, event_type, entity_key, seq, status FROM outbox_events
          WHERE entity_key = ANY($1) ORDER BY entity_key, seq",
     )

@@ -293,10 +293,7 @@ impl AmqpPublisher {
     }
 
     async fn open(&self, state: &mut State) -> Result<Channel, PublishFailure> {
-        let connected = match &state.connection {
-            Some(c) if c.status().connected() => true,
-            _ => false,
-        };
+        let connected = matches!(&state.connection, Some(c) if c.status().connected());
         if !connected {
             if let Some(old) = state.connection.take() {
                 let _ = old.close(200, "reconnecting".into()).await;

@@ -381,10 +381,15 @@ impl<P: Publisher> Relay<P> {
         let span = tracing::info_span!("outbox.relay", relay_id = %self.shared.settings.relay_id);
         async move {
             let s = &self.shared.settings;
-            if s.declare_exchange {
-                if let Err(f) = self.shared.publisher.declare_exchange(&s.exchange, s.exchange_kind).await {
-                    tracing::warn!(exchange = %s.exchange, kind = %f.kind, reason = %f.reason, "could not declare the exchange yet; retrying on reconnect");
-                }
+            if s.declare_exchange
+                && let Err(f) = self
+                    .shared
+                    .publisher
+                    .declare_exchange(&s.exchange, s.exchange_kind)
+                    .await
+            {
+                tracing::warn!(exchange = %s.exchange, kind = %f.kind, reason = %f.reason,
+                    "could not declare the exchange yet; retrying on reconnect");
             }
             let (stop_tx, stop_rx) = watch::channel(false);
             let (hard_tx, hard_rx) = watch::channel(false);
