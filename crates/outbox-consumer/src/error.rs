@@ -1,0 +1,106 @@
+use outbox_core::FailureKind;
+
+/// Whether a handler failure can pass by itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HandlerErrorKind {
+    /// Retrying later may succeed (a lock timeout, a downstream service that is down): the
+    /// transaction rolls back and the delivery comes back after a backoff.
+    Transient,
+    /// Retrying cannot succeed (the event is invalid for this consumer): the delivery is
+    /// dead-lettered with the reason, and the entity's later events park behind it until an
+    /// operator retries or skips it.
+    Permanent,
+}
+
+/// The error a handler returns. Its message is shown to operators and stored with the event:
+/// keep payload contents out of it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind:?} handler failure: {message}")]
+pub struct HandlerError {
+    kind: HandlerErrorKind,
+    message: String,
+}
+
+impl HandlerError {
+    /// A failure that may pass: roll back and redeliver after a backoff.
+    pub fn transient(message: impl Into<String>) -> Self {
+        Self {
+            kind: HandlerErrorKind::Transient,
+            message: message.into(),
+        }
+    }
+
+    /// A failure that cannot pass: dead-letter the delivery.
+    pub fn permanent(message: impl Into<String>) -> Self {
+        Self {
+            kind: HandlerErrorKind::Permanent,
+            message: message.into(),
+        }
+    }
+
+    /// The kind.
+    pub fn kind(&self) -> HandlerErrorKind {
+        self.kind
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl From<sqlx::Error> for HandlerError {
+    fn from(e: sqlx::Error) -> Self {
+        // The handler's own statement failed; the database may well accept it later.
+        Self::transient(format!("database error: {e}"))
+    }
+}
+
+/// Errors of the consumer side. Messages carry ids and reasons, never payloads or credentials.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The handler failed.
+    #[error("handler failed: {0}")]
+    Handler(HandlerError),
+    /// The handler panicked; treated as a transient failure.
+    #[error("handler panicked")]
+    Panicked,
+    /// The inbox's own SQL failed.
+    #[error("inbox database error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// A service layer in front of the handler failed (for example a tower timeout).
+    #[error("handler layer failed: {0}")]
+    Layer(String),
+    /// RabbitMQ failed.
+    #[error("broker error: {0}")]
+    Amqp(String),
+    /// A stored (parked) event does not hold what the schema promises.
+    #[error("corrupt inbox row {0}: {1}")]
+    CorruptRow(uuid::Uuid, &'static str),
+}
+
+impl Error {
+    /// How this failure is treated: `Contract` (permanent) or `Transient`.
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            Self::Handler(h) => match h.kind() {
+                HandlerErrorKind::Permanent => FailureKind::Contract,
+                HandlerErrorKind::Transient => FailureKind::Transient,
+            },
+            Self::CorruptRow(..) => FailureKind::Contract,
+            Self::Panicked | Self::Database(_) | Self::Layer(_) | Self::Amqp(_) => {
+                FailureKind::Transient
+            }
+        }
+    }
+
+    /// Whether redelivering the same event may succeed.
+    pub fn is_retryable(&self) -> bool {
+        !self.kind().is_permanent()
+    }
+}
+
+/// `Result` with the consumer's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

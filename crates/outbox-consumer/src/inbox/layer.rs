@@ -1,0 +1,333 @@
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::FutureExt;
+use outbox_core::Event;
+use sqlx::PgPool;
+use tower::{Layer, Service};
+
+use super::{InboxRequest, Outcome, StartPolicy, store};
+use crate::{Error, HandlerError, Result};
+
+/// Wraps a handler (`Service<InboxRequest, Response = InboxRequest>`) in the inbox.
+///
+/// ```no_run
+/// use outbox_consumer::{HandlerError, InboxLayer, InboxRequest};
+/// use tower::{Layer, ServiceBuilder};
+///
+/// # fn demo(pool: sqlx::PgPool) {
+/// let handler = tower::service_fn(|req: InboxRequest| async move { Ok::<_, HandlerError>(req) });
+/// let service = ServiceBuilder::new()
+///     .timeout(std::time::Duration::from_secs(5)) // tower's own layers compose around it
+///     .layer(InboxLayer::new(pool, "shipping"))
+///     .service(handler);
+/// # let _ = service;
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct InboxLayer {
+    pool: PgPool,
+    consumer: Arc<str>,
+    start: StartPolicy,
+}
+
+impl InboxLayer {
+    /// An inbox in `pool` for the consumer named `consumer` (its rows are scoped by this name).
+    pub fn new(pool: PgPool, consumer: impl Into<String>) -> Self {
+        Self {
+            pool,
+            consumer: Arc::from(consumer.into()),
+            start: StartPolicy::default(),
+        }
+    }
+
+    /// Sets where an entity's numbering starts for this consumer. Defaults to
+    /// [`StartPolicy::FromFirst`].
+    #[must_use]
+    pub fn start_policy(mut self, policy: StartPolicy) -> Self {
+        self.start = policy;
+        self
+    }
+}
+
+impl<S> Layer<S> for InboxLayer {
+    type Service = InboxService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        InboxService {
+            inner,
+            pool: self.pool.clone(),
+            consumer: self.consumer.clone(),
+            start: self.start,
+        }
+    }
+}
+
+/// The inbox around a handler: a `Service<Event, Response = Outcome>`.
+///
+/// For each event, in one transaction: record the event id (a duplicate stops here), check the
+/// entity sequence (stale: stop; ahead: park), run the handler, advance the entity, commit. Then
+/// every parked successor that is now next is applied in order, each in its own transaction.
+#[derive(Debug, Clone)]
+pub struct InboxService<S> {
+    inner: S,
+    pool: PgPool,
+    consumer: Arc<str>,
+    start: StartPolicy,
+}
+
+/// Turns whatever the handler stack returned into the inbox's error.
+fn handler_error<E: Into<tower::BoxError>>(e: E) -> Error {
+    let e: tower::BoxError = e.into();
+    match e.downcast::<HandlerError>() {
+        Ok(h) => Error::Handler(*h),
+        Err(other) => Error::Layer(other.to_string()),
+    }
+}
+
+impl<S> InboxService<S>
+where
+    S: Service<InboxRequest, Response = InboxRequest> + Clone + Send + 'static,
+    S::Error: Into<tower::BoxError>,
+    S::Future: Send,
+{
+    /// The consumer name.
+    pub fn consumer(&self) -> &str {
+        &self.consumer
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    async fn run_handler(
+        inner: &mut S,
+        event: Event,
+        tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    ) -> Result<InboxRequest> {
+        let request = InboxRequest { event, tx };
+        let fut = async {
+            std::future::poll_fn(|cx| inner.poll_ready(cx))
+                .await
+                .map_err(handler_error)?;
+            inner.call(request).await.map_err(handler_error)
+        };
+        match AssertUnwindSafe(fut).catch_unwind().await {
+            Ok(r) => r,
+            Err(_) => Err(Error::Panicked),
+        }
+    }
+
+    /// Records a permanent failure (in a transaction of its own, after the handler's rolled back)
+    /// so that the entity's later events park behind it and an operator can retry or skip it.
+    async fn record_failure(&self, event: &Event, error: &Error) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        if let Some(entity) = &event.entity {
+            store::lock_entity(&mut tx, &self.consumer, &entity.key, 0).await?;
+        }
+        store::store_content(
+            &mut tx,
+            &self.consumer,
+            event,
+            "failed",
+            Some(&error.to_string()),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn handle(&self, inner: &mut S, event: Event) -> Result<Outcome> {
+        let consumer = &*self.consumer;
+        let mut tx = self.pool.begin().await?;
+        let mut last = None;
+        if let Some(entity) = &event.entity {
+            let seq = i64::try_from(entity.seq).unwrap_or(i64::MAX);
+            let initial = match self.start {
+                StartPolicy::FromFirst => 0,
+                StartPolicy::FromFirstSeen => seq - 1,
+            };
+            last = Some(store::lock_entity(&mut tx, consumer, &entity.key, initial).await?);
+        }
+        if !store::insert_seen(&mut tx, consumer, &event).await? {
+            tx.rollback().await?;
+            return Ok(Outcome::Duplicate);
+        }
+        if let (Some(entity), Some(last)) = (&event.entity, last) {
+            let seq = i64::try_from(entity.seq).unwrap_or(i64::MAX);
+            if seq <= last {
+                store::mark_stale(&mut tx, consumer, event.id, last).await?;
+                tx.commit().await?;
+                return Ok(Outcome::Stale);
+            }
+            if seq > last + 1 {
+                store::store_content(&mut tx, consumer, &event, "parked", None).await?;
+                tx.commit().await?;
+                tracing::debug!(event_id = %event.id, entity = %entity.key, seq, last, "inbox.parked");
+                return Ok(Outcome::Parked);
+            }
+        }
+        let copy = event.clone();
+        let request = match Self::run_handler(inner, event, tx).await {
+            Ok(r) => r,
+            Err(e) => {
+                if !e.is_retryable() {
+                    self.record_failure(&copy, &e).await?;
+                }
+                return Err(e);
+            }
+        };
+        let (event, mut tx) = request.into_parts();
+        if let Some(entity) = &event.entity {
+            store::advance(
+                &mut tx,
+                consumer,
+                &entity.key,
+                i64::try_from(entity.seq).unwrap_or(i64::MAX),
+            )
+            .await?;
+        }
+        tx.commit().await?;
+        let successors = match &event.entity {
+            Some(entity) => self.apply_parked(inner, &entity.key).await,
+            None => 0,
+        };
+        Ok(Outcome::Applied { successors })
+    }
+
+    /// Applies the entity's parked events that are now next, in order, each in its own
+    /// transaction. Stops at the first that is missing or fails (it stays parked, or is recorded
+    /// as failed); returns how many were applied.
+    async fn apply_parked(&self, inner: &mut S, key: &str) -> usize {
+        let mut applied = 0;
+        loop {
+            match self.apply_next_parked(inner, key).await {
+                Ok(true) => applied += 1,
+                Ok(false) => return applied,
+                Err(e) => {
+                    tracing::warn!(entity = %key, error = %e, "inbox.parked_failed");
+                    return applied;
+                }
+            }
+        }
+    }
+
+    async fn apply_next_parked(&self, inner: &mut S, key: &str) -> Result<bool> {
+        let consumer = &*self.consumer;
+        let mut tx = self.pool.begin().await?;
+        let last = store::lock_entity(&mut tx, consumer, key, 0).await?;
+        let Some(event) = store::parked_at(&mut tx, consumer, key, last + 1).await? else {
+            tx.rollback().await?;
+            return Ok(false);
+        };
+        store::mark_processed(&mut tx, consumer, event.id).await?;
+        let copy = event.clone();
+        let request = match Self::run_handler(inner, event, tx).await {
+            Ok(r) => r,
+            Err(e) => {
+                if !e.is_retryable() {
+                    self.record_failure(&copy, &e).await?;
+                }
+                return Err(e);
+            }
+        };
+        let (event, mut tx) = request.into_parts();
+        store::advance(&mut tx, consumer, key, last + 1).await?;
+        tx.commit().await?;
+        metrics::counter!("inbox_events_total", "consumer" => consumer.to_owned(), "outcome" => "applied_from_parking").increment(1);
+        tracing::debug!(event_id = %event.id, entity = %key, seq = last + 1, "inbox.unparked");
+        Ok(true)
+    }
+
+    /// Applies parked events whose gap has filled but which were not applied yet (after a handler
+    /// failure or a crash between two transactions). The AMQP runner calls this periodically;
+    /// returns how many were applied.
+    ///
+    /// # Errors
+    /// A database error.
+    pub async fn sweep_parked(&self) -> Result<usize> {
+        let mut conn = self.pool.acquire().await?;
+        let keys = store::ready_entities(&mut conn, &self.consumer, 100).await?;
+        drop(conn);
+        let mut inner = self.inner.clone();
+        let mut applied = 0;
+        for key in keys {
+            applied += self.apply_parked(&mut inner, &key).await;
+        }
+        Ok(applied)
+    }
+
+    /// Runs the handler again on a stored event that failed permanently (operator action), in
+    /// order: it is applied only if it is its entity's next event. Returns the outcome, or `None`
+    /// if no failed event has this id.
+    ///
+    /// # Errors
+    /// The handler's error if it fails again, or a database error.
+    pub async fn retry_failed(&self, id: outbox_core::EventId) -> Result<Option<Outcome>> {
+        let mut inner = self.inner.clone();
+        let mut tx = self.pool.begin().await?;
+        let Some((status, event)) = store::stored(&mut tx, &self.consumer, id).await? else {
+            return Ok(None);
+        };
+        if status != "failed" {
+            return Ok(None);
+        }
+        // Make it an ordinary parked event again and let the ordering decide.
+        store::store_content(&mut tx, &self.consumer, &event, "parked", None).await?;
+        tx.commit().await?;
+        let applied = match &event.entity {
+            Some(entity) => self.apply_parked(&mut inner, &entity.key).await,
+            None => {
+                let mut tx = self.pool.begin().await?;
+                store::mark_processed(&mut tx, &self.consumer, event.id).await?;
+                let request = Self::run_handler(&mut inner, event, tx).await?;
+                request.into_parts().1.commit().await?;
+                1
+            }
+        };
+        Ok(Some(if applied > 0 {
+            Outcome::Applied {
+                successors: applied - 1,
+            }
+        } else {
+            Outcome::Parked
+        }))
+    }
+}
+
+impl<S> Service<Event> for InboxService<S>
+where
+    S: Service<InboxRequest, Response = InboxRequest> + Clone + Send + Sync + 'static,
+    S::Error: Into<tower::BoxError>,
+    S::Future: Send,
+{
+    type Response = Outcome;
+    type Error = Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Outcome>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<()>> {
+        // The handler's readiness is awaited inside the call, once the transaction is open.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, event: Event) -> Self::Future {
+        let this = self.clone();
+        Box::pin(async move {
+            let mut inner = this.inner.clone();
+            let id = event.id;
+            let result = this.handle(&mut inner, event).await;
+            let label = match &result {
+                Ok(o) => o.as_str(),
+                Err(e) if e.is_retryable() => "transient_failure",
+                Err(_) => "permanent_failure",
+            };
+            metrics::counter!("inbox_events_total", "consumer" => this.consumer.to_string(), "outcome" => label).increment(1);
+            tracing::debug!(event_id = %id, outcome = label, "inbox.handled");
+            result
+        })
+    }
+}

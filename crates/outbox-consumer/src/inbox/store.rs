@@ -1,0 +1,265 @@
+//! The inbox's SQL. Every statement is served by a primary key or `inbox_events_parked`.
+
+use std::time::SystemTime;
+
+use chrono::{DateTime, Utc};
+use outbox_core::{Entity, Event, EventId, Headers, Payload};
+use sqlx::{PgConnection, Row};
+use uuid::Uuid;
+
+use crate::{Error, Result};
+
+/// Locks the entity's row for this consumer (creating it at `initial`) and returns its last
+/// applied sequence. Held until the transaction ends, so deliveries of one entity are handled one
+/// at a time, across every process of the consumer.
+pub(crate) async fn lock_entity(
+    conn: &mut PgConnection,
+    consumer: &str,
+    key: &str,
+    initial: i64,
+) -> Result<i64> {
+    Ok(sqlx::query_scalar(
+        "INSERT INTO inbox_entities (consumer, entity_key, last_seq) VALUES ($1, $2, $3)
+         ON CONFLICT (consumer, entity_key) DO UPDATE SET last_seq = inbox_entities.last_seq
+         RETURNING last_seq",
+    )
+    .bind(consumer)
+    .bind(key)
+    .bind(initial)
+    .fetch_one(conn)
+    .await?)
+}
+
+pub(crate) async fn advance(
+    conn: &mut PgConnection,
+    consumer: &str,
+    key: &str,
+    seq: i64,
+) -> Result<()> {
+    sqlx::query("UPDATE inbox_entities SET last_seq = $3, updated_at = now() WHERE consumer = $1 AND entity_key = $2")
+        .bind(consumer)
+        .bind(key)
+        .bind(seq)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+fn seq_of(event: &Event) -> Option<i64> {
+    event
+        .entity
+        .as_ref()
+        .map(|e| i64::try_from(e.seq).unwrap_or(i64::MAX))
+}
+
+/// Records the event as processed; `false` if the consumer had already seen this event id.
+pub(crate) async fn insert_seen(
+    conn: &mut PgConnection,
+    consumer: &str,
+    event: &Event,
+) -> Result<bool> {
+    let inserted: Option<i32> = sqlx::query_scalar(
+        "INSERT INTO inbox_events (consumer, event_id, entity_key, seq, status, attempts, processed_at)
+         VALUES ($1, $2, $3, $4, 'processed', 1, now())
+         ON CONFLICT (consumer, event_id) DO NOTHING RETURNING 1",
+    )
+    .bind(consumer)
+    .bind(event.id.as_uuid())
+    .bind(event.entity.as_ref().map(|e| e.key.as_str()))
+    .bind(seq_of(event))
+    .fetch_optional(conn)
+    .await?;
+    Ok(inserted.is_some())
+}
+
+pub(crate) async fn mark_stale(
+    conn: &mut PgConnection,
+    consumer: &str,
+    id: EventId,
+    last: i64,
+) -> Result<()> {
+    sqlx::query("UPDATE inbox_events SET status = 'skipped', last_error = $3 WHERE consumer = $1 AND event_id = $2")
+        .bind(consumer)
+        .bind(id.as_uuid())
+        .bind(format!("stale: the entity was already at sequence {last}"))
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+fn headers_json(event: &Event) -> serde_json::Value {
+    let mut headers = event.headers.clone();
+    if let Some(tp) = &event.traceparent {
+        headers.insert(
+            outbox_core::wire::HEADER_TRACEPARENT.to_owned(),
+            outbox_core::HeaderValue::String(tp.clone()),
+        );
+    }
+    serde_json::to_value(&headers).unwrap_or(serde_json::Value::Null)
+}
+
+/// Stores the event's content with `status` (`parked` or `failed`), inserting or updating its row.
+pub(crate) async fn store_content(
+    conn: &mut PgConnection,
+    consumer: &str,
+    event: &Event,
+    status: &str,
+    error: Option<&str>,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO inbox_events (consumer, event_id, entity_key, seq, status, attempts, last_error, event_type,
+                                   event_version, content_type, payload, headers, correlation_id, causation_id, created_at)
+         VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+         ON CONFLICT (consumer, event_id) DO UPDATE SET
+             status = EXCLUDED.status, last_error = EXCLUDED.last_error, processed_at = NULL,
+             attempts = inbox_events.attempts + 1, event_type = EXCLUDED.event_type,
+             event_version = EXCLUDED.event_version, content_type = EXCLUDED.content_type,
+             payload = EXCLUDED.payload, headers = EXCLUDED.headers, correlation_id = EXCLUDED.correlation_id,
+             causation_id = EXCLUDED.causation_id, created_at = EXCLUDED.created_at",
+    )
+    .bind(consumer)
+    .bind(event.id.as_uuid())
+    .bind(event.entity.as_ref().map(|e| e.key.as_str()))
+    .bind(seq_of(event))
+    .bind(status)
+    .bind(error)
+    .bind(&event.event_type)
+    .bind(i64::from(event.event_version))
+    .bind(event.payload.content_type())
+    .bind(event.payload.bytes())
+    .bind(headers_json(event))
+    .bind(event.correlation_id.as_deref())
+    .bind(event.causation_id.as_deref())
+    .bind(DateTime::<Utc>::from(event.created_at))
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Marks a stored event processed and drops its content (payloads are kept only while needed).
+pub(crate) async fn mark_processed(
+    conn: &mut PgConnection,
+    consumer: &str,
+    id: EventId,
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE inbox_events SET status = 'processed', processed_at = now(), last_error = NULL, payload = NULL,
+                headers = NULL, event_type = NULL, event_version = NULL, content_type = NULL,
+                correlation_id = NULL, causation_id = NULL, created_at = NULL
+         WHERE consumer = $1 AND event_id = $2",
+    )
+    .bind(consumer)
+    .bind(id.as_uuid())
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+fn event_from_row(row: &sqlx::postgres::PgRow) -> Result<Event> {
+    let id: Uuid = row.try_get("event_id")?;
+    let corrupt = |what| Error::CorruptRow(id, what);
+    let key: Option<String> = row.try_get("entity_key")?;
+    let seq: Option<i64> = row.try_get("seq")?;
+    let headers: Option<serde_json::Value> = row.try_get("headers")?;
+    let mut headers: Headers = match headers {
+        Some(v) => serde_json::from_value(v).map_err(|_| corrupt("headers"))?,
+        None => Headers::new(),
+    };
+    let traceparent = match headers.remove(outbox_core::wire::HEADER_TRACEPARENT) {
+        Some(outbox_core::HeaderValue::String(s)) => Some(s),
+        _ => None,
+    };
+    let version: Option<i64> = row.try_get("event_version")?;
+    let created: Option<DateTime<Utc>> = row.try_get("created_at")?;
+    Ok(Event {
+        id: EventId::from_uuid(id),
+        event_type: row
+            .try_get::<Option<String>, _>("event_type")?
+            .ok_or_else(|| corrupt("no event type"))?,
+        event_version: version
+            .and_then(|v| u32::try_from(v).ok())
+            .ok_or_else(|| corrupt("event version"))?,
+        entity: match (key, seq) {
+            (Some(key), Some(seq)) => Some(Entity {
+                key,
+                seq: u64::try_from(seq).map_err(|_| corrupt("sequence"))?,
+            }),
+            _ => None,
+        },
+        payload: Payload::new(
+            row.try_get::<Option<Vec<u8>>, _>("payload")?
+                .ok_or_else(|| corrupt("no payload"))?,
+            row.try_get::<Option<String>, _>("content_type")?
+                .ok_or_else(|| corrupt("no content type"))?,
+        ),
+        correlation_id: row.try_get("correlation_id")?,
+        causation_id: row.try_get("causation_id")?,
+        traceparent,
+        headers,
+        created_at: created
+            .map(SystemTime::from)
+            .ok_or_else(|| corrupt("no creation time"))?,
+    })
+}
+
+const STORED_COLUMNS: &str = "event_id, entity_key, seq, event_type, event_version, content_type, payload, headers, \
+                              correlation_id, causation_id, created_at";
+
+/// The parked event that is next for the entity, locked.
+pub(crate) async fn parked_at(
+    conn: &mut PgConnection,
+    consumer: &str,
+    key: &str,
+    seq: i64,
+) -> Result<Option<Event>> {
+    let sql = format!(
+        "SELECT {STORED_COLUMNS} FROM inbox_events
+         WHERE consumer = $1 AND entity_key = $2 AND seq = $3 AND status = 'parked' FOR UPDATE"
+    );
+    let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(consumer)
+        .bind(key)
+        .bind(seq)
+        .fetch_optional(conn)
+        .await?;
+    row.as_ref().map(event_from_row).transpose()
+}
+
+/// A stored (failed or parked) event by id.
+pub(crate) async fn stored(
+    conn: &mut PgConnection,
+    consumer: &str,
+    id: EventId,
+) -> Result<Option<(String, Event)>> {
+    let sql = format!(
+        "SELECT status, {STORED_COLUMNS} FROM inbox_events
+         WHERE consumer = $1 AND event_id = $2 AND status IN ('parked', 'failed') FOR UPDATE"
+    );
+    let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(consumer)
+        .bind(id.as_uuid())
+        .fetch_optional(conn)
+        .await?;
+    match row {
+        Some(r) => Ok(Some((r.try_get("status")?, event_from_row(&r)?))),
+        None => Ok(None),
+    }
+}
+
+/// Entities whose next event is parked (ready to be applied), for the sweeper.
+pub(crate) async fn ready_entities(
+    conn: &mut PgConnection,
+    consumer: &str,
+    limit: i64,
+) -> Result<Vec<String>> {
+    Ok(sqlx::query_scalar(
+        "SELECT p.entity_key FROM inbox_events p
+         JOIN inbox_entities e ON e.consumer = p.consumer AND e.entity_key = p.entity_key
+         WHERE p.consumer = $1 AND p.status = 'parked' AND p.seq = e.last_seq + 1
+         LIMIT $2",
+    )
+    .bind(consumer)
+    .bind(limit)
+    .fetch_all(conn)
+    .await?)
+}
