@@ -226,3 +226,39 @@ impl Drop for TestBroker {
         let _ = handle.join();
     }
 }
+
+impl TestBroker {
+    /// Publishes events exactly as the relay would (wire contract v1, persistent, confirmed), to
+    /// `exchange` with `routing_key`. For consumer tests that need precise control over what
+    /// arrives, in which order and how many times.
+    ///
+    /// # Errors
+    /// [`crate::Error::NotConfirmed`] naming the first event the broker did not confirm.
+    pub async fn publish_events(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        events: &[outbox_core::Event],
+    ) -> Result<()> {
+        use outbox_core::{OutgoingMessage, PublishOutcome, Publisher};
+        let publisher = outbox_producer::AmqpPublisher::builder(self.url.clone()).build();
+        let batch = events
+            .iter()
+            .map(|e| OutgoingMessage {
+                event_id: e.id,
+                exchange: exchange.to_owned(),
+                routing_key: routing_key.to_owned(),
+                message: outbox_core::wire::encode(e, Some("testkit")),
+            })
+            .collect();
+        let confirms = publisher.publish(batch).await;
+        for (event, confirm) in events.iter().zip(confirms) {
+            if confirm.await != PublishOutcome::Confirmed {
+                publisher.close().await;
+                return Err(crate::Error::NotConfirmed(event.id));
+            }
+        }
+        publisher.close().await;
+        Ok(())
+    }
+}

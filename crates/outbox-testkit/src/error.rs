@@ -14,6 +14,9 @@ pub enum Error {
     /// RabbitMQ failed.
     #[error("broker error: {0}")]
     Amqp(#[from] lapin::Error),
+    /// The broker did not confirm a published message.
+    #[error("the broker did not confirm event {0}")]
+    NotConfirmed(outbox_core::EventId),
     /// A condition was not met before its deadline.
     #[error("timed out after {after:?} waiting for {what}")]
     Timeout {

@@ -122,9 +122,14 @@ where
         }
     }
 
-    /// Records a permanent failure (in a transaction of its own, after the handler's rolled back)
-    /// so that the entity's later events park behind it and an operator can retry or skip it.
-    async fn record_failure(&self, event: &Event, error: &Error) -> Result<()> {
+    /// Records a failure as final (in a transaction of its own, after the handler's rolled back),
+    /// so that the entity's later events park behind it and an operator can retry it later with
+    /// [`InboxService::retry_failed`]. Called for permanent failures, and by the runner when
+    /// transient ones run out of attempts.
+    ///
+    /// # Errors
+    /// A database error.
+    pub async fn record_failed(&self, event: &Event, error: &Error) -> Result<()> {
         let mut tx = self.pool.begin().await?;
         if let Some(entity) = &event.entity {
             store::lock_entity(&mut tx, &self.consumer, &entity.key, 0).await?;
@@ -176,7 +181,7 @@ where
             Ok(r) => r,
             Err(e) => {
                 if !e.is_retryable() {
-                    self.record_failure(&copy, &e).await?;
+                    self.record_failed(&copy, &e).await?;
                 }
                 return Err(e);
             }
@@ -230,7 +235,7 @@ where
             Ok(r) => r,
             Err(e) => {
                 if !e.is_retryable() {
-                    self.record_failure(&copy, &e).await?;
+                    self.record_failed(&copy, &e).await?;
                 }
                 return Err(e);
             }

@@ -1,0 +1,148 @@
+//! Declaring the consumer's queues, their dead-letter exchange and queue, and ordered partitions.
+
+use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{Channel, ExchangeKind};
+
+/// The queues a consumer reads and where its dead letters go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topology {
+    /// Queues to consume.
+    pub queues: Vec<String>,
+    /// Exchange the runner publishes dead letters to (fanout).
+    pub dead_letter_exchange: String,
+    /// Durable queue bound to the dead-letter exchange.
+    pub dead_letter_queue: String,
+}
+
+async fn declare_dead_letters(
+    channel: &Channel,
+    base: &str,
+) -> Result<(String, String), lapin::Error> {
+    let dlx = format!("{base}.dlx");
+    let dlq = format!("{base}.dead");
+    let durable = ExchangeDeclareOptions {
+        durable: true,
+        ..ExchangeDeclareOptions::default()
+    };
+    channel
+        .exchange_declare(
+            dlx.as_str().into(),
+            ExchangeKind::Fanout,
+            durable,
+            FieldTable::default(),
+        )
+        .await?;
+    let q = QueueDeclareOptions {
+        durable: true,
+        ..QueueDeclareOptions::default()
+    };
+    channel
+        .queue_declare(dlq.as_str().into(), q, FieldTable::default())
+        .await?;
+    channel
+        .queue_bind(
+            dlq.as_str().into(),
+            dlx.as_str().into(),
+            "".into(),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+    Ok((dlx, dlq))
+}
+
+/// Declares the durable queue `queue`, bound to `exchange` with each of `bindings`, plus its
+/// dead-letter exchange `<queue>.dlx` and queue `<queue>.dead`. The queue's own
+/// `x-dead-letter-exchange` points there too, so a message the broker rejects (for example by TTL)
+/// is kept as well.
+///
+/// # Errors
+/// The broker's refusal (for example a queue already declared with other arguments).
+pub async fn declare_queue(
+    channel: &Channel,
+    exchange: &str,
+    queue: &str,
+    bindings: &[&str],
+) -> Result<Topology, lapin::Error> {
+    let (dlx, dlq) = declare_dead_letters(channel, queue).await?;
+    let mut args = FieldTable::default();
+    args.insert(
+        "x-dead-letter-exchange".into(),
+        AMQPValue::LongString(dlx.as_str().into()),
+    );
+    let q = QueueDeclareOptions {
+        durable: true,
+        ..QueueDeclareOptions::default()
+    };
+    channel.queue_declare(queue.into(), q, args).await?;
+    for key in bindings {
+        channel
+            .queue_bind(
+                queue.into(),
+                exchange.into(),
+                (*key).into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+    }
+    Ok(Topology {
+        queues: vec![queue.to_owned()],
+        dead_letter_exchange: dlx,
+        dead_letter_queue: dlq,
+    })
+}
+
+/// Declares `partitions` durable queues `<base>.<n>`, each bound to `exchange` with the routing key
+/// `<prefix><n>` of the relay's `Partitioned` routing (prefix `partition.` by default) and each with
+/// `x-single-active-consumer`, plus one dead-letter exchange and queue for all of them.
+///
+/// Several consumer processes can then consume every partition queue: RabbitMQ delivers each queue
+/// to one consumer at a time and fails over when it goes, so each entity's events are handled in
+/// order while the partitions are spread over the processes. No broker plugin is needed.
+///
+/// # Errors
+/// The broker's refusal.
+pub async fn declare_partitions(
+    channel: &Channel,
+    exchange: &str,
+    base: &str,
+    prefix: &str,
+    partitions: u32,
+) -> Result<Topology, lapin::Error> {
+    let (dlx, dlq) = declare_dead_letters(channel, base).await?;
+    let mut queues = Vec::new();
+    for n in 0..partitions {
+        let queue = format!("{base}.{n}");
+        let mut args = FieldTable::default();
+        args.insert("x-single-active-consumer".into(), AMQPValue::Boolean(true));
+        args.insert(
+            "x-dead-letter-exchange".into(),
+            AMQPValue::LongString(dlx.as_str().into()),
+        );
+        let q = QueueDeclareOptions {
+            durable: true,
+            ..QueueDeclareOptions::default()
+        };
+        channel
+            .queue_declare(queue.as_str().into(), q, args)
+            .await?;
+        let key = format!("{prefix}{n}");
+        channel
+            .queue_bind(
+                queue.as_str().into(),
+                exchange.into(),
+                key.as_str().into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        queues.push(queue);
+    }
+    Ok(Topology {
+        queues,
+        dead_letter_exchange: dlx,
+        dead_letter_queue: dlq,
+    })
+}

@@ -1,0 +1,527 @@
+//! The AMQP runner on the real RabbitMQ and PostgreSQL: redeliveries, reordering, crashes between
+//! commit and ack, transient failures, panics and malformed deliveries.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use futures::StreamExt;
+use lapin::options::{BasicConsumeOptions, BasicPublishOptions};
+use lapin::types::{AMQPValue, FieldTable, LongString};
+use lapin::{BasicProperties, ExchangeKind};
+use outbox_consumer::{
+    HandlerError, InboxLayer, InboxRequest, InboxRunner, InboxRunnerBuilder, InboxService, Topology,
+};
+use outbox_core::{Entity, Event, EventId, Headers, Payload, RetryPolicy};
+use outbox_testkit::{TestBroker, TestDb, wait_for};
+use sqlx::PgPool;
+use tower::Layer;
+
+type Handler = tower::util::ServiceFn<
+    fn(
+        InboxRequest,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<InboxRequest, HandlerError>> + Send>>,
+>;
+
+fn event(entity: &str, seq: u64) -> Event {
+    Event {
+        id: EventId::new(),
+        event_type: "order.changed".to_owned(),
+        event_version: 1,
+        entity: Some(Entity {
+            key: entity.to_owned(),
+            seq,
+        }),
+        payload: Payload::new(
+            serde_json::to_vec(&serde_json::json!({ "seq": seq })).expect("json"),
+            "application/json",
+        ),
+        correlation_id: None,
+        causation_id: None,
+        traceparent: None,
+        headers: Headers::new(),
+        created_at: SystemTime::now(),
+    }
+}
+
+async fn effects_table(pool: &PgPool) {
+    sqlx::query(
+        "CREATE TABLE effects (n bigserial PRIMARY KEY, entity text, seq bigint, event_id uuid)",
+    )
+    .execute(pool)
+    .await
+    .expect("create");
+}
+
+fn apply(
+    mut req: InboxRequest,
+) -> std::pin::Pin<Box<dyn Future<Output = Result<InboxRequest, HandlerError>> + Send>> {
+    Box::pin(async move {
+        let (entity, seq) = req
+            .event()
+            .entity
+            .as_ref()
+            .map(|e| (e.key.clone(), e.seq as i64))
+            .unzip();
+        let id = *req.event().id.as_uuid();
+        sqlx::query("INSERT INTO effects (entity, seq, event_id) VALUES ($1, $2, $3)")
+            .bind(entity)
+            .bind(seq)
+            .bind(id)
+            .execute(req.conn())
+            .await?;
+        Ok(req)
+    })
+}
+
+fn service(pool: &PgPool) -> InboxService<Handler> {
+    InboxLayer::new(pool.clone(), "shipping").layer(tower::service_fn(apply as fn(_) -> _))
+}
+
+async fn effects(pool: &PgPool, entity: &str) -> Vec<i64> {
+    sqlx::query_scalar("SELECT seq FROM effects WHERE entity = $1 ORDER BY n")
+        .bind(entity)
+        .fetch_all(pool)
+        .await
+        .expect("effects")
+}
+
+async fn count_effects(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM effects")
+        .fetch_one(pool)
+        .await
+        .expect("count")
+}
+
+struct Env {
+    db: TestDb,
+    broker: TestBroker,
+    exchange: String,
+    topology: Topology,
+}
+
+impl Env {
+    async fn new() -> Self {
+        let db = TestDb::new().await.expect("db");
+        effects_table(db.pool()).await;
+        let broker = TestBroker::new().await.expect("broker");
+        let exchange = broker
+            .declare_exchange("events", ExchangeKind::Topic)
+            .await
+            .expect("exchange");
+        let queue = broker.name("shipping");
+        let topology = outbox_consumer::declare_queue(broker.channel(), &exchange, &queue, &["#"])
+            .await
+            .expect("topology");
+        for q in [&topology.queues[0], &topology.dead_letter_queue] {
+            broker.remember_queue(q);
+        }
+        broker.remember_exchange(&topology.dead_letter_exchange);
+        Self {
+            db,
+            broker,
+            exchange,
+            topology,
+        }
+    }
+
+    fn runner<S>(&self, service: InboxService<S>) -> InboxRunnerBuilder<S>
+    where
+        S: tower::Service<InboxRequest, Response = InboxRequest> + Clone + Send + Sync + 'static,
+        S::Error: Into<tower::BoxError>,
+        S::Future: Send,
+    {
+        InboxRunner::builder(outbox_testkit::amqp_url(), service)
+            .topology(&self.topology)
+            .retry_policy(
+                RetryPolicy::default()
+                    .initial_delay(Duration::from_millis(200))
+                    .max_delay(Duration::from_secs(1))
+                    .max_attempts(5),
+            )
+            .sweep_interval(Duration::from_millis(500))
+    }
+
+    async fn publish(&self, events: &[Event]) {
+        self.broker
+            .publish_events(&self.exchange, "order.changed", events)
+            .await
+            .expect("publish");
+    }
+
+    async fn close(self) {
+        self.broker.close().await.expect("cleanup");
+        self.db.close().await.expect("cleanup");
+    }
+}
+
+#[tokio::test]
+async fn the_same_event_published_three_times_changes_the_table_once() {
+    let env = Env::new().await;
+    let handle = env
+        .runner(service(env.db.pool()))
+        .build()
+        .expect("runner")
+        .spawn();
+    let e = event("order-1", 1);
+    env.publish(&[e.clone(), e.clone(), e.clone()]).await;
+    let marker = event("order-2", 1);
+    env.publish(&[marker]).await;
+    wait_for("the marker applied", Duration::from_secs(10), || async {
+        (effects(env.db.pool(), "order-2").await.len() == 1).then_some(())
+    })
+    .await
+    .expect("applied");
+    wait_for("duplicates dropped", Duration::from_secs(10), || async {
+        (handle.stats().duplicates == 2).then_some(())
+    })
+    .await
+    .expect("dropped");
+    assert_eq!(handle.stats().applied, 2);
+    handle.shutdown().await.expect("shutdown");
+    assert_eq!(
+        effects(env.db.pool(), "order-1").await,
+        [1],
+        "three deliveries, one effect"
+    );
+    env.close().await;
+}
+
+#[tokio::test]
+async fn deliveries_3_1_2_are_applied_in_order_without_another_delivery() {
+    let env = Env::new().await;
+    let handle = env
+        .runner(service(env.db.pool()))
+        .concurrency(1)
+        .build()
+        .expect("runner")
+        .spawn();
+    let (e1, e2, e3) = (event("o", 1), event("o", 2), event("o", 3));
+    env.publish(&[e3]).await;
+    wait_for("3 parked", Duration::from_secs(10), || async {
+        let parked: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM inbox_events WHERE status = 'parked'")
+                .fetch_one(env.db.pool())
+                .await
+                .ok()?;
+        (parked == 1).then_some(())
+    })
+    .await
+    .expect("parked");
+    env.publish(&[e1, e2]).await;
+    wait_for("three effects", Duration::from_secs(10), || async {
+        (effects(env.db.pool(), "o").await.len() == 3).then_some(())
+    })
+    .await
+    .expect("applied");
+    handle.shutdown().await.expect("shutdown");
+    assert_eq!(effects(env.db.pool(), "o").await, [1, 2, 3]);
+    env.close().await;
+}
+
+/// The consumer dies after its commit and before its ack: the broker redelivers, the inbox drops
+/// the duplicate, the effect exists once.
+#[tokio::test]
+async fn crash_between_commit_and_ack_leaves_one_effect() {
+    let env = Env::new().await;
+    let crashing = env
+        .runner(service(env.db.pool()))
+        .concurrency(1)
+        .prefetch(1)
+        .crash_at(outbox_consumer::CrashPoint::AfterCommitBeforeAck)
+        .build()
+        .expect("runner")
+        .spawn();
+    let e = event("k", 1);
+    env.publish(&[e.clone()]).await;
+    assert!(crashing.join().await.is_err(), "stopped at the crash point");
+    assert_eq!(
+        effects(env.db.pool(), "k").await,
+        [1],
+        "committed before the crash"
+    );
+
+    let handle = env
+        .runner(service(env.db.pool()))
+        .build()
+        .expect("runner")
+        .spawn();
+    wait_for(
+        "the redelivery to be dropped as a duplicate",
+        Duration::from_secs(15),
+        || async { (handle.stats().duplicates == 1).then_some(()) },
+    )
+    .await
+    .expect("redelivered");
+    assert_eq!(handle.stats().applied, 0);
+    handle.shutdown().await.expect("shutdown");
+    assert_eq!(
+        effects(env.db.pool(), "k").await,
+        [1],
+        "the redelivered duplicate was dropped"
+    );
+    env.close().await;
+}
+
+#[tokio::test]
+async fn transient_failures_are_retried_with_backoff_then_applied_once() {
+    let env = Env::new().await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let times = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (c, t) = (calls.clone(), times.clone());
+    let flaky = tower::service_fn(move |req: InboxRequest| {
+        let n = c.fetch_add(1, Ordering::SeqCst);
+        t.lock().expect("lock").push(Instant::now());
+        async move {
+            if n < 2 {
+                return Err(HandlerError::transient("downstream unavailable"));
+            }
+            apply(req).await
+        }
+    });
+    let svc = InboxLayer::new(env.db.pool().clone(), "shipping").layer(flaky);
+    let handle = env.runner(svc).build().expect("runner").spawn();
+    env.publish(&[event("f", 1)]).await;
+    wait_for("applied", Duration::from_secs(15), || async {
+        (effects(env.db.pool(), "f").await.len() == 1).then_some(())
+    })
+    .await
+    .expect("applied");
+    handle.shutdown().await.expect("shutdown");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        3,
+        "two failures and one success: no hot loop"
+    );
+    let t = times.lock().expect("lock").clone();
+    assert!(
+        t[1] - t[0] >= Duration::from_millis(190),
+        "first retry after the backoff floor: {:?}",
+        t[1] - t[0]
+    );
+    assert!(
+        t[2] - t[1] >= Duration::from_millis(190),
+        "second retry after a backoff: {:?}",
+        t[2] - t[1]
+    );
+    assert_eq!(effects(env.db.pool(), "f").await, [1]);
+    env.close().await;
+}
+
+#[tokio::test]
+async fn a_panicking_handler_does_not_kill_the_consumer() {
+    let env = Env::new().await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    let buggy = tower::service_fn(move |req: InboxRequest| {
+        let n = c.fetch_add(1, Ordering::SeqCst);
+        async move {
+            if n == 0 {
+                panic!("handler bug on first sight");
+            }
+            apply(req).await
+        }
+    });
+    let svc = InboxLayer::new(env.db.pool().clone(), "shipping").layer(buggy);
+    let handle = env.runner(svc).build().expect("runner").spawn();
+    env.publish(&[event("p", 1), event("q", 1)]).await;
+    wait_for("both applied", Duration::from_secs(15), || async {
+        (count_effects(env.db.pool()).await == 2).then_some(())
+    })
+    .await
+    .expect("applied");
+    assert!(!handle.is_finished(), "the runner survived the panic");
+    handle.shutdown().await.expect("shutdown");
+    env.close().await;
+}
+
+fn props(
+    id: Option<&str>,
+    kind: Option<&str>,
+    content_type: Option<&str>,
+    headers: &[(&str, AMQPValue)],
+) -> BasicProperties {
+    let mut table = FieldTable::default();
+    for (k, v) in headers {
+        table.insert((*k).into(), v.clone());
+    }
+    let mut p = BasicProperties::default()
+        .with_headers(table)
+        .with_timestamp(1_700_000_000);
+    if let Some(id) = id {
+        p = p.with_message_id(id.into());
+    }
+    if let Some(k) = kind {
+        p = p.with_type(k.into());
+    }
+    if let Some(c) = content_type {
+        p = p.with_content_type(c.into());
+    }
+    p
+}
+
+/// At least eight kinds of malformed delivery: each is dead-lettered with its reason and acked; the
+/// good ones around them are applied.
+#[tokio::test]
+async fn malformed_deliveries_are_dead_lettered_with_a_reason_and_good_ones_flow() {
+    let env = Env::new().await;
+    let handle = env
+        .runner(service(env.db.pool()))
+        .build()
+        .expect("runner")
+        .spawn();
+    let id = || EventId::new().to_string();
+    let v1 = ("x-event-version", AMQPValue::LongLongInt(1));
+    let json = Some("application/json");
+    let ok_body: &[u8] = b"{\"ok\":true}";
+    let big = "h".repeat(70 * 1024);
+    let cases: Vec<(&str, BasicProperties, &[u8])> = vec![
+        (
+            "missing_message_id",
+            props(None, Some("t"), json, &[v1.clone()]),
+            ok_body,
+        ),
+        (
+            "invalid_message_id",
+            props(Some("not-a-uuid"), Some("t"), json, &[v1.clone()]),
+            ok_body,
+        ),
+        (
+            "missing_type",
+            props(Some(&id()), None, json, &[v1.clone()]),
+            ok_body,
+        ),
+        (
+            "missing_header",
+            props(
+                Some(&id()),
+                Some("t"),
+                json,
+                &[v1.clone(), ("x-entity", AMQPValue::LongString("e".into()))],
+            ),
+            ok_body,
+        ),
+        (
+            "invalid_header",
+            props(
+                Some(&id()),
+                Some("t"),
+                json,
+                &[
+                    v1.clone(),
+                    ("x-entity", AMQPValue::LongString("e".into())),
+                    ("x-seq", AMQPValue::LongString("three".into())),
+                ],
+            ),
+            ok_body,
+        ),
+        (
+            "missing_header",
+            props(Some(&id()), Some("t"), json, &[]),
+            ok_body,
+        ),
+        (
+            "unknown_content_type",
+            props(
+                Some(&id()),
+                Some("t"),
+                Some("application/x-mystery"),
+                &[v1.clone()],
+            ),
+            ok_body,
+        ),
+        (
+            "unparsable_payload",
+            props(Some(&id()), Some("t"), json, &[v1.clone()]),
+            b"{not json",
+        ),
+        (
+            "headers_too_large",
+            props(
+                Some(&id()),
+                Some("t"),
+                json,
+                &[
+                    v1.clone(),
+                    (
+                        "x-big",
+                        AMQPValue::LongString(LongString::from(big.as_str())),
+                    ),
+                ],
+            ),
+            ok_body,
+        ),
+        (
+            "missing_content_type",
+            props(Some(&id()), Some("t"), None, &[v1.clone()]),
+            ok_body,
+        ),
+    ];
+    let ch = env.broker.channel();
+    let good_before = event("good", 1);
+    env.publish(&[good_before]).await;
+    for (_, p, body) in &cases {
+        ch.basic_publish(
+            env.exchange.as_str().into(),
+            "order.changed".into(),
+            BasicPublishOptions::default(),
+            body,
+            p.clone(),
+        )
+        .await
+        .expect("publish")
+        .await
+        .expect("confirm");
+    }
+    env.publish(&[event("good", 2)]).await;
+
+    // Read the dead letters.
+    let dead = env
+        .broker
+        .channel()
+        .basic_consume(
+            env.topology.dead_letter_queue.as_str().into(),
+            "".into(),
+            BasicConsumeOptions {
+                no_ack: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .expect("consume dlq");
+    let reasons: Vec<String> = tokio::time::timeout(
+        Duration::from_secs(15),
+        dead.take(cases.len())
+            .map(|d| {
+                let d = d.expect("delivery");
+                match d.properties.headers().as_ref().and_then(|h| {
+                    h.inner()
+                        .get(outbox_consumer::HEADER_DEAD_LETTER_REASON)
+                        .cloned()
+                }) {
+                    Some(AMQPValue::LongString(s)) => {
+                        String::from_utf8_lossy(s.as_bytes()).into_owned()
+                    }
+                    other => format!("{other:?}"),
+                }
+            })
+            .collect(),
+    )
+    .await
+    .expect("every malformed delivery dead-lettered");
+    let mut expected: Vec<&str> = cases.iter().map(|c| c.0).collect();
+    let mut got: Vec<&str> = reasons.iter().map(String::as_str).collect();
+    expected.sort_unstable();
+    got.sort_unstable();
+    assert_eq!(got, expected);
+    wait_for("good events applied", Duration::from_secs(10), || async {
+        (effects(env.db.pool(), "good").await.len() == 2).then_some(())
+    })
+    .await
+    .expect("good");
+    assert!(!handle.is_finished());
+    handle.shutdown().await.expect("shutdown");
+    assert_eq!(effects(env.db.pool(), "good").await, [1, 2]);
+    env.close().await;
+}
