@@ -45,10 +45,7 @@ mod tests {
 
     #[test]
     fn figure_lines_have_the_documented_shape() {
-        assert_eq!(
-            line("producer_clients", Value::Count(8), "clients"),
-            "figure: producer_clients = 8 clients"
-        );
+        assert_eq!(line("producer_clients", Value::Count(8), "clients"), "figure: producer_clients = 8 clients");
         assert_eq!(
             line("producer_business_tps", Value::Rate(1234.56), "tps"),
             "figure: producer_business_tps = 1234.6 tps"

@@ -26,10 +26,7 @@ use clap::{Parser, Subcommand};
 type BoxError = Box<dyn Error + Send + Sync>;
 
 #[derive(Debug, Parser)]
-#[command(
-    name = "outbox-bench",
-    about = "Benchmarks of the transactional outbox"
-)]
+#[command(name = "outbox-bench", about = "Benchmarks of the transactional outbox")]
 struct Cli {
     /// Shrink every size and duration for a smoke run under a minute.
     #[arg(long, global = true)]

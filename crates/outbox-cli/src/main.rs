@@ -161,19 +161,13 @@ async fn relay(pool: PgPool, args: RelayArgs) -> Result<(), CliError> {
 
 async fn connect(url: Option<&str>) -> Result<PgPool, CliError> {
     let url = url.ok_or(CliError::NoDatabaseUrl)?;
-    Ok(sqlx::postgres::PgPoolOptions::new()
-        .max_connections(4)
-        .connect(url)
-        .await?)
+    Ok(sqlx::postgres::PgPoolOptions::new().max_connections(4).connect(url).await?)
 }
 
 async fn run(cli: Cli) -> Result<(), CliError> {
     let pool = connect(cli.database_url.as_deref()).await?;
     match cli.command {
-        Command::Migrate {
-            outbox_only,
-            inbox_only,
-        } => {
+        Command::Migrate { outbox_only, inbox_only } => {
             if !inbox_only {
                 outbox_producer::migrate(&pool).await?;
                 tracing::info!("outbox tables are up to date");
@@ -207,9 +201,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
 #[tokio::main]
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
     match run(Cli::parse()).await {

@@ -15,23 +15,13 @@ async fn fill(pool: &PgPool, entities: usize, per_entity: usize) -> Vec<uuid::Uu
     for round in 0..per_entity {
         let events: Vec<NewEvent> = (0..entities)
             .map(|e| {
-                NewEvent::json(
-                    "order.changed",
-                    &serde_json::json!({ "round": round, "pad": "x".repeat(200) }),
-                )
-                .expect("json")
-                .entity(format!("e-{e}"))
+                NewEvent::json("order.changed", &serde_json::json!({ "round": round, "pad": "x".repeat(200) }))
+                    .expect("json")
+                    .entity(format!("e-{e}"))
             })
             .collect();
         let mut tx = pool.begin().await.expect("begin");
-        ids.extend(
-            outbox
-                .enqueue_many(&mut *tx, events)
-                .await
-                .expect("enqueue")
-                .into_iter()
-                .map(|id| *id.as_uuid()),
-        );
+        ids.extend(outbox.enqueue_many(&mut *tx, events).await.expect("enqueue").into_iter().map(|id| *id.as_uuid()));
         tx.commit().await.expect("commit");
     }
     ids
@@ -40,15 +30,7 @@ async fn fill(pool: &PgPool, entities: usize, per_entity: usize) -> Vec<uuid::Uu
 fn spawn_relay(db: &TestDb, exchange: &str, extra: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_outbox"))
         .arg("relay")
-        .args([
-            "--exchange",
-            exchange,
-            "--no-declare-exchange",
-            "--batch-size",
-            "200",
-            "--confirm-window",
-            "400",
-        ])
+        .args(["--exchange", exchange, "--no-declare-exchange", "--batch-size", "200", "--confirm-window", "400"])
         .args(extra)
         .env("DATABASE_URL", db.url())
         .env("AMQP_URL", outbox_testkit::amqp_url())
@@ -60,10 +42,7 @@ fn spawn_relay(db: &TestDb, exchange: &str, extra: &[&str]) -> Child {
 }
 
 fn signal(child: &Child, sig: &str) {
-    let status = Command::new("kill")
-        .args([sig, &child.id().to_string()])
-        .status()
-        .expect("kill");
+    let status = Command::new("kill").args([sig, &child.id().to_string()]).status().expect("kill");
     assert!(status.success());
 }
 
@@ -86,10 +65,7 @@ async fn wait_exit(child: &mut Child, deadline: Duration) -> std::process::ExitS
 async fn setup() -> (TestDb, TestBroker, String, Recorder) {
     let db = TestDb::new().await.expect("db");
     let broker = TestBroker::new().await.expect("broker");
-    let exchange = broker
-        .declare_exchange("events", lapin::ExchangeKind::Topic)
-        .await
-        .expect("exchange");
+    let exchange = broker.declare_exchange("events", lapin::ExchangeKind::Topic).await.expect("exchange");
     let queue = broker.declare_queue("all").await.expect("queue");
     broker.bind(&queue, &exchange, "#").await.expect("bind");
     let recorder = Recorder::start(&queue).await.expect("recorder");
@@ -97,25 +73,35 @@ async fn setup() -> (TestDb, TestBroker, String, Recorder) {
 }
 
 async fn drain_rest(db: &TestDb, exchange: &str, recorder: &Recorder, ids: &[uuid::Uuid]) {
-    let relay = Relay::builder(
-        db.pool().clone(),
-        AmqpPublisher::builder(outbox_testkit::amqp_url()).build(),
-    )
-    .exchange(exchange)
-    .declare_exchange(false)
-    .lease(Duration::from_secs(2))
-    .confirm_timeout(Duration::from_secs(1))
-    .poll_interval(Duration::from_millis(200))
-    .build()
-    .expect("relay")
-    .spawn();
-    wait_for(
-        "every event delivered",
-        Duration::from_secs(120),
-        || async { recorder.all_delivered(ids.iter().copied()).ok() },
-    )
+    let relay = Relay::builder(db.pool().clone(), AmqpPublisher::builder(outbox_testkit::amqp_url()).build())
+        .exchange(exchange)
+        .declare_exchange(false)
+        .lease(Duration::from_secs(2))
+        .confirm_timeout(Duration::from_secs(1))
+        .poll_interval(Duration::from_millis(200))
+        .build()
+        .expect("relay")
+        .spawn();
+    if let Err(e) = wait_for("every event delivered", Duration::from_secs(60), || async {
+        recorder.all_delivered(ids.iter().copied()).ok()
+    })
     .await
-    .expect("nothing lost");
+    {
+        let rows: Vec<(String, Option<String>, bool, i64)> = sqlx::query_as(
+            "SELECT status, lease_owner, next_attempt_at > now(), count(*) FROM outbox_events GROUP BY 1, 2, 3",
+        )
+        .fetch_all(db.pool())
+        .await
+        .expect("diagnose");
+        let missing = recorder.all_delivered(ids.iter().copied()).err().unwrap_or_default();
+        let states: Vec<(String, Option<i64>, Option<String>)> =
+            sqlx::query_as("SELECT status, seq, lease_owner FROM outbox_events WHERE id = ANY($1) LIMIT 5")
+                .bind(&missing)
+                .fetch_all(db.pool())
+                .await
+                .expect("missing");
+        panic!("{e}: rows by state {rows:?}; {} missing, e.g. {states:?}", missing.len());
+    }
     wait_for("every row published", Duration::from_secs(20), || async {
         (published(db.pool()).await == ids.len() as i64).then_some(())
     })
@@ -129,11 +115,9 @@ async fn sigterm_during_a_busy_drain_exits_in_time_and_nothing_confirmed_is_repu
     let (db, broker, exchange, recorder) = setup().await;
     let ids = fill(db.pool(), 300, 100).await;
     let mut child = spawn_relay(&db, &exchange, &["--shutdown-deadline-secs", "5"]);
-    wait_for(
-        "the drain to be under way",
-        Duration::from_secs(60),
-        || async { (published(db.pool()).await >= 2000).then_some(()) },
-    )
+    wait_for("the drain to be under way", Duration::from_secs(60), || async {
+        (published(db.pool()).await >= 2000).then_some(())
+    })
     .await
     .expect("busy");
     let sent = Instant::now();
@@ -141,24 +125,14 @@ async fn sigterm_during_a_busy_drain_exits_in_time_and_nothing_confirmed_is_repu
     let status = wait_exit(&mut child, Duration::from_secs(8)).await;
     let took = sent.elapsed();
     assert!(status.success(), "clean exit expected, got {status}");
-    assert!(
-        took < Duration::from_secs(5),
-        "exit took {took:?}, deadline 5 s"
-    );
+    assert!(took < Duration::from_secs(5), "exit took {took:?}, deadline 5 s");
     let done = published(db.pool()).await;
-    assert!(
-        done < ids.len() as i64,
-        "the drain was interrupted (published {done})"
-    );
-    let leased: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM outbox_events WHERE lease_owner IS NOT NULL")
-            .fetch_one(db.pool())
-            .await
-            .expect("count");
-    assert_eq!(
-        leased, 0,
-        "claims are released at shutdown so the next relay continues at once"
-    );
+    assert!(done < ids.len() as i64, "the drain was interrupted (published {done})");
+    let leased: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_events WHERE lease_owner IS NOT NULL")
+        .fetch_one(db.pool())
+        .await
+        .expect("count");
+    assert_eq!(leased, 0, "claims are released at shutdown so the next relay continues at once");
 
     drain_rest(&db, &exchange, &recorder, &ids).await;
     assert!(
@@ -176,16 +150,10 @@ async fn sigterm_during_a_busy_drain_exits_in_time_and_nothing_confirmed_is_repu
 async fn sigkill_mid_drain_loses_nothing() {
     let (db, broker, exchange, recorder) = setup().await;
     let ids = fill(db.pool(), 200, 50).await;
-    let mut child = spawn_relay(
-        &db,
-        &exchange,
-        &["--lease-secs", "2", "--confirm-timeout-secs", "1"],
-    );
-    wait_for(
-        "the drain to be under way",
-        Duration::from_secs(60),
-        || async { (published(db.pool()).await >= 1000).then_some(()) },
-    )
+    let mut child = spawn_relay(&db, &exchange, &["--lease-secs", "2", "--confirm-timeout-secs", "1"]);
+    wait_for("the drain to be under way", Duration::from_secs(60), || async {
+        (published(db.pool()).await >= 1000).then_some(())
+    })
     .await
     .expect("busy");
     signal(&child, "-KILL");

@@ -106,9 +106,7 @@ fn from_amqp(value: &AMQPValue, size: &mut usize) -> HeaderValue {
         AMQPValue::Timestamp(t) => HeaderValue::Int(i64::try_from(*t).unwrap_or(i64::MAX)),
         AMQPValue::Float(f) => HeaderValue::Float(f64::from(*f)),
         AMQPValue::Double(f) => HeaderValue::Float(*f),
-        AMQPValue::DecimalValue(d) => {
-            HeaderValue::Float(f64::from(d.value) / 10f64.powi(i32::from(d.scale)))
-        }
+        AMQPValue::DecimalValue(d) => HeaderValue::Float(f64::from(d.value) / 10f64.powi(i32::from(d.scale))),
         AMQPValue::ShortString(s) => {
             *size += s.as_str().len();
             HeaderValue::String(s.as_str().to_owned())
@@ -124,9 +122,7 @@ fn from_amqp(value: &AMQPValue, size: &mut usize) -> HeaderValue {
             *size += b.as_slice().len();
             HeaderValue::Bytes(b.as_slice().to_vec())
         }
-        AMQPValue::FieldArray(a) => {
-            HeaderValue::List(a.as_slice().iter().map(|v| from_amqp(v, size)).collect())
-        }
+        AMQPValue::FieldArray(a) => HeaderValue::List(a.as_slice().iter().map(|v| from_amqp(v, size)).collect()),
         AMQPValue::FieldTable(t) => HeaderValue::Table(headers(t, size)),
         AMQPValue::Void => HeaderValue::List(Vec::new()),
     }
@@ -158,39 +154,20 @@ pub fn decode_delivery(
     limits: &DeliveryLimits,
 ) -> Result<Event, DeliveryError> {
     let mut size = 0;
-    let headers = properties
-        .headers()
-        .as_ref()
-        .map(|t| headers(t, &mut size))
-        .unwrap_or_default();
+    let headers = properties.headers().as_ref().map(|t| headers(t, &mut size)).unwrap_or_default();
     if size > limits.max_header_bytes {
-        return Err(DeliveryError::HeadersTooLarge {
-            size,
-            max: limits.max_header_bytes,
-        });
+        return Err(DeliveryError::HeadersTooLarge { size, max: limits.max_header_bytes });
     }
     if body.len() > limits.max_payload_bytes {
-        return Err(DeliveryError::PayloadTooLarge {
-            size: body.len(),
-            max: limits.max_payload_bytes,
-        });
+        return Err(DeliveryError::PayloadTooLarge { size: body.len(), max: limits.max_payload_bytes });
     }
     let message = WireMessage {
         properties: WireProperties {
-            message_id: properties
-                .message_id()
-                .as_ref()
-                .map(|s| s.as_str().to_owned()),
+            message_id: properties.message_id().as_ref().map(|s| s.as_str().to_owned()),
             kind: properties.kind().as_ref().map(|s| s.as_str().to_owned()),
-            correlation_id: properties
-                .correlation_id()
-                .as_ref()
-                .map(|s| s.as_str().to_owned()),
+            correlation_id: properties.correlation_id().as_ref().map(|s| s.as_str().to_owned()),
             timestamp: *properties.timestamp(),
-            content_type: properties
-                .content_type()
-                .as_ref()
-                .map(|s| s.as_str().to_owned()),
+            content_type: properties.content_type().as_ref().map(|s| s.as_str().to_owned()),
             app_id: properties.app_id().as_ref().map(|s| s.as_str().to_owned()),
             delivery_mode: *properties.delivery_mode(),
         },
@@ -200,13 +177,9 @@ pub fn decode_delivery(
     let event = wire::decode(message)?;
     let content_type = event.payload.content_type();
     if !limits.content_types.iter().any(|c| c == content_type) {
-        return Err(DeliveryError::UnknownContentType(
-            content_type.chars().take(64).collect(),
-        ));
+        return Err(DeliveryError::UnknownContentType(content_type.chars().take(64).collect()));
     }
-    if is_json(content_type)
-        && serde_json::from_slice::<serde::de::IgnoredAny>(event.payload.bytes()).is_err()
-    {
+    if is_json(content_type) && serde_json::from_slice::<serde::de::IgnoredAny>(event.payload.bytes()).is_err() {
         return Err(DeliveryError::UnparsablePayload(content_type.to_owned()));
     }
     Ok(event)

@@ -25,18 +25,12 @@ pub struct HandlerError {
 impl HandlerError {
     /// A failure that may pass: roll back and redeliver after a backoff.
     pub fn transient(message: impl Into<String>) -> Self {
-        Self {
-            kind: HandlerErrorKind::Transient,
-            message: message.into(),
-        }
+        Self { kind: HandlerErrorKind::Transient, message: message.into() }
     }
 
     /// A failure that cannot pass: dead-letter the delivery.
     pub fn permanent(message: impl Into<String>) -> Self {
-        Self {
-            kind: HandlerErrorKind::Permanent,
-            message: message.into(),
-        }
+        Self { kind: HandlerErrorKind::Permanent, message: message.into() }
     }
 
     /// The kind.
@@ -90,9 +84,7 @@ impl Error {
                 HandlerErrorKind::Transient => FailureKind::Transient,
             },
             Self::CorruptRow(..) => FailureKind::Contract,
-            Self::Panicked | Self::Database(_) | Self::Layer(_) | Self::Amqp(_) => {
-                FailureKind::Transient
-            }
+            Self::Panicked | Self::Database(_) | Self::Layer(_) | Self::Amqp(_) => FailureKind::Transient,
         }
     }
 

@@ -24,7 +24,7 @@ pub use migrate::{MIGRATIONS_TABLE, migrate, migrator};
 #[cfg(feature = "fail-points")]
 pub use runner::CrashPoint;
 pub use runner::{
-    HEADER_DEAD_LETTER_DETAIL, HEADER_DEAD_LETTER_QUEUE, HEADER_DEAD_LETTER_REASON, InboxRunner,
-    InboxRunnerBuilder, RunnerHandle, RunnerStats,
+    HEADER_DEAD_LETTER_DETAIL, HEADER_DEAD_LETTER_QUEUE, HEADER_DEAD_LETTER_REASON, InboxRunner, InboxRunnerBuilder,
+    RunnerHandle, RunnerStats,
 };
 pub use topology::{Topology, declare_partitions, declare_queue};

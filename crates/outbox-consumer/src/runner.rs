@@ -10,8 +10,8 @@ use futures::StreamExt;
 use futures::stream::SelectAll;
 use lapin::message::Delivery;
 use lapin::options::{
-    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions,
-    BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions,
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions,
+    ConfirmSelectOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, Consumer};
@@ -102,9 +102,7 @@ pub struct InboxRunnerBuilder<S> {
 
 impl<S> std::fmt::Debug for InboxRunnerBuilder<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("InboxRunnerBuilder")
-            .field("queues", &self.queues)
-            .finish_non_exhaustive()
+        f.debug_struct("InboxRunnerBuilder").field("queues", &self.queues).finish_non_exhaustive()
     }
 }
 
@@ -191,14 +189,8 @@ impl<S> InboxRunnerBuilder<S> {
     /// # Errors
     /// [`Error::Amqp`] if no queue was given.
     pub fn build(self) -> Result<InboxRunner<S>> {
-        let first = self
-            .queues
-            .first()
-            .ok_or_else(|| Error::Amqp("no queue to consume".to_owned()))?;
-        let dlx = self
-            .dead_letter_exchange
-            .clone()
-            .unwrap_or_else(|| format!("{first}.dlx"));
+        let first = self.queues.first().ok_or_else(|| Error::Amqp("no queue to consume".to_owned()))?;
+        let dlx = self.dead_letter_exchange.clone().unwrap_or_else(|| format!("{first}.dlx"));
         Ok(InboxRunner {
             shared: Arc::new(Shared {
                 url: self.url,
@@ -271,9 +263,7 @@ pub struct InboxRunner<S> {
 
 impl<S> std::fmt::Debug for InboxRunner<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("InboxRunner")
-            .field("queues", &self.shared.queues)
-            .finish_non_exhaustive()
+        f.debug_struct("InboxRunner").field("queues", &self.shared.queues).finish_non_exhaustive()
     }
 }
 
@@ -297,9 +287,7 @@ impl RunnerHandle {
     /// [`Error::Amqp`] if the task had failed or was aborted.
     pub async fn shutdown(self) -> Result<()> {
         let _ = self.stop.send(true);
-        self.task
-            .await
-            .map_err(|e| Error::Amqp(format!("runner task: {e}")))?
+        self.task.await.map_err(|e| Error::Amqp(format!("runner task: {e}")))?
     }
 
     /// Stops at once, as if the process died: nothing in hand is acked.
@@ -317,9 +305,7 @@ impl RunnerHandle {
     /// # Errors
     /// The runner's error.
     pub async fn join(self) -> Result<()> {
-        self.task
-            .await
-            .map_err(|e| Error::Amqp(format!("runner task: {e}")))?
+        self.task.await.map_err(|e| Error::Amqp(format!("runner task: {e}")))?
     }
 }
 
@@ -330,10 +316,7 @@ fn amqp(e: &lapin::Error) -> Error {
 enum Verdict {
     Ack,
     Requeue(Duration),
-    DeadLetter {
-        reason: &'static str,
-        detail: String,
-    },
+    DeadLetter { reason: &'static str, detail: String },
 }
 
 impl<S> InboxRunner<S>
@@ -373,11 +356,7 @@ where
             })
             .await
         });
-        RunnerHandle {
-            stop,
-            task,
-            counters,
-        }
+        RunnerHandle { stop, task, counters }
     }
 
     /// Runs until `shutdown` completes, reconnecting after every loss, then shuts down gracefully.
@@ -393,11 +372,7 @@ where
                 Ok(true) => return Ok(()),
                 Ok(false) => backoff = Duration::from_millis(100),
                 Err(e) => {
-                    if self
-                        .shared
-                        .crashed
-                        .load(std::sync::atomic::Ordering::SeqCst)
-                    {
+                    if self.shared.crashed.load(std::sync::atomic::Ordering::SeqCst) {
                         return Err(e);
                     }
                     tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "inbox runner lost the broker; reconnecting");
@@ -414,32 +389,19 @@ where
     /// One connection's life. `Ok(true)`: shut down gracefully; `Ok(false)`/`Err`: reconnect.
     async fn session(&self, shutdown: &mut (impl Future<Output = ()> + Unpin)) -> Result<bool> {
         let s = &self.shared;
-        let connection = Connection::connect(
-            &s.url,
-            ConnectionProperties::default().with_connection_name("outbox-inbox".into()),
-        )
-        .await
-        .map_err(|e| amqp(&e))?;
+        let connection =
+            Connection::connect(&s.url, ConnectionProperties::default().with_connection_name("outbox-inbox".into()))
+                .await
+                .map_err(|e| amqp(&e))?;
         let channel = connection.create_channel().await.map_err(|e| amqp(&e))?;
-        channel
-            .basic_qos(s.prefetch, BasicQosOptions::default())
-            .await
-            .map_err(|e| amqp(&e))?;
+        channel.basic_qos(s.prefetch, BasicQosOptions::default()).await.map_err(|e| amqp(&e))?;
         let dead_letters = connection.create_channel().await.map_err(|e| amqp(&e))?;
-        dead_letters
-            .confirm_select(ConfirmSelectOptions::default())
-            .await
-            .map_err(|e| amqp(&e))?;
+        dead_letters.confirm_select(ConfirmSelectOptions::default()).await.map_err(|e| amqp(&e))?;
         let mut streams: SelectAll<Consumer> = SelectAll::new();
         let mut tags = Vec::new();
         for queue in &s.queues {
             let consumer = channel
-                .basic_consume(
-                    queue.as_str().into(),
-                    "".into(),
-                    BasicConsumeOptions::default(),
-                    FieldTable::default(),
-                )
+                .basic_consume(queue.as_str().into(), "".into(), BasicConsumeOptions::default(), FieldTable::default())
                 .await
                 .map_err(|e| amqp(&e))?;
             tags.push(consumer.tag());
@@ -490,18 +452,11 @@ where
         };
         if graceful {
             for tag in tags {
-                let _ = channel
-                    .basic_cancel(tag, BasicCancelOptions::default())
-                    .await;
+                let _ = channel.basic_cancel(tag, BasicCancelOptions::default()).await;
             }
             let finish = async { while tasks.join_next().await.is_some() {} };
-            if tokio::time::timeout(s.shutdown_deadline, finish)
-                .await
-                .is_err()
-            {
-                tracing::warn!(
-                    "shutdown deadline passed with deliveries in hand; they will be redelivered"
-                );
+            if tokio::time::timeout(s.shutdown_deadline, finish).await.is_err() {
+                tracing::warn!("shutdown deadline passed with deliveries in hand; they will be redelivered");
             }
             let _ = channel.close(200, "shutdown".into()).await;
             let _ = connection.close(200, "shutdown".into()).await;
@@ -514,11 +469,7 @@ where
 fn queue_of(queues: &[String], delivery: &Delivery) -> String {
     // The routing key does not name the queue; with one queue it is that one, with partitions the
     // dead letter names the partition routing key instead.
-    if queues.len() == 1 {
-        queues[0].clone()
-    } else {
-        delivery.routing_key.as_str().to_owned()
-    }
+    if queues.len() == 1 { queues[0].clone() } else { delivery.routing_key.as_str().to_owned() }
 }
 
 impl<S> Shared<S>
@@ -532,10 +483,7 @@ where
             Err(e) => {
                 tracing::warn!(reason = e.code(), detail = %e, "inbox.bad_delivery");
                 metrics::counter!("inbox_bad_deliveries_total", "reason" => e.code()).increment(1);
-                Verdict::DeadLetter {
-                    reason: e.code(),
-                    detail: e.to_string(),
-                }
+                Verdict::DeadLetter { reason: e.code(), detail: e.to_string() }
             }
             Ok(event) => self.apply(event).await?,
         };
@@ -543,8 +491,7 @@ where
             Verdict::Ack => {
                 #[cfg(feature = "fail-points")]
                 if self.crash_at == Some(CrashPoint::AfterCommitBeforeAck) {
-                    self.crashed
-                        .store(true, std::sync::atomic::Ordering::SeqCst);
+                    self.crashed.store(true, std::sync::atomic::Ordering::SeqCst);
                     tracing::warn!("crash point reached: the runner stops before acking");
                     return Err(Error::Amqp("crashed at AfterCommitBeforeAck".to_owned()));
                 }
@@ -552,31 +499,20 @@ where
             }
             Verdict::Requeue(delay) => {
                 tokio::time::sleep(delay).await;
-                let _ = delivery
-                    .nack(BasicNackOptions {
-                        requeue: true,
-                        ..BasicNackOptions::default()
-                    })
-                    .await;
+                let _ = delivery.nack(BasicNackOptions { requeue: true, ..BasicNackOptions::default() }).await;
             }
-            Verdict::DeadLetter { reason, detail } => match self
-                .dead_letter(dead_letters, &delivery, queue, reason, &detail)
-                .await
-            {
-                Ok(()) => {
-                    let _ = delivery.ack(BasicAckOptions::default()).await;
+            Verdict::DeadLetter { reason, detail } => {
+                match self.dead_letter(dead_letters, &delivery, queue, reason, &detail).await {
+                    Ok(()) => {
+                        let _ = delivery.ack(BasicAckOptions::default()).await;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not dead-letter; the delivery is requeued");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        let _ = delivery.nack(BasicNackOptions { requeue: true, ..BasicNackOptions::default() }).await;
+                    }
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not dead-letter; the delivery is requeued");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    let _ = delivery
-                        .nack(BasicNackOptions {
-                            requeue: true,
-                            ..BasicNackOptions::default()
-                        })
-                        .await;
-                }
-            },
+            }
         }
         Ok(())
     }
@@ -602,10 +538,7 @@ where
                 // Only attempts bound a delivery's retries: an old event (a backlog) is no reason to
                 // give up, so its age is not given to the policy.
                 let now = SystemTime::now();
-                match self
-                    .retry
-                    .decide(attempts, now, now, FailureKind::Transient)
-                {
+                match self.retry.decide(attempts, now, now, FailureKind::Transient) {
                     RetryDecision::RetryAt(at) => {
                         let delay = at.duration_since(SystemTime::now()).unwrap_or_default();
                         tracing::info!(event_id = %id, attempts, delay_ms = delay.as_millis() as u64, error = %e, "inbox.retry");
@@ -617,38 +550,26 @@ where
                         // Out of attempts: held like a permanent failure, so that the entity's
                         // later events wait for an operator.
                         self.service.record_failed(&copy, &e).await?;
-                        Ok(Verdict::DeadLetter {
-                            reason: "attempts_exhausted",
-                            detail: format!("{e}; {reason}"),
-                        })
+                        Ok(Verdict::DeadLetter { reason: "attempts_exhausted", detail: format!("{e}; {reason}") })
                     }
                 }
             }
             Err(e) => {
                 self.forget(id);
-                Ok(Verdict::DeadLetter {
-                    reason: "handler_failed",
-                    detail: e.to_string(),
-                })
+                Ok(Verdict::DeadLetter { reason: "handler_failed", detail: e.to_string() })
             }
         }
     }
 
     fn bump(&self, id: EventId) -> u32 {
-        let mut map = self
-            .attempts
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut map = self.attempts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let n = map.entry(id).or_insert(0);
         *n += 1;
         *n
     }
 
     fn forget(&self, id: EventId) {
-        self.attempts
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&id);
+        self.attempts.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&id);
     }
 
     async fn dead_letter(
@@ -660,18 +581,9 @@ where
         detail: &str,
     ) -> Result<()> {
         let mut headers = delivery.properties.headers().clone().unwrap_or_default();
-        headers.insert(
-            HEADER_DEAD_LETTER_REASON.into(),
-            AMQPValue::LongString(LongString::from(reason)),
-        );
-        headers.insert(
-            HEADER_DEAD_LETTER_DETAIL.into(),
-            AMQPValue::LongString(LongString::from(detail)),
-        );
-        headers.insert(
-            HEADER_DEAD_LETTER_QUEUE.into(),
-            AMQPValue::LongString(LongString::from(queue)),
-        );
+        headers.insert(HEADER_DEAD_LETTER_REASON.into(), AMQPValue::LongString(LongString::from(reason)));
+        headers.insert(HEADER_DEAD_LETTER_DETAIL.into(), AMQPValue::LongString(LongString::from(detail)));
+        headers.insert(HEADER_DEAD_LETTER_QUEUE.into(), AMQPValue::LongString(LongString::from(queue)));
         let props: BasicProperties = delivery.properties.clone().with_headers(headers);
         let confirm = channel
             .basic_publish(

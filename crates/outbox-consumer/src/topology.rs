@@ -15,31 +15,13 @@ pub struct Topology {
     pub dead_letter_queue: String,
 }
 
-async fn declare_dead_letters(
-    channel: &Channel,
-    base: &str,
-) -> Result<(String, String), lapin::Error> {
+async fn declare_dead_letters(channel: &Channel, base: &str) -> Result<(String, String), lapin::Error> {
     let dlx = format!("{base}.dlx");
     let dlq = format!("{base}.dead");
-    let durable = ExchangeDeclareOptions {
-        durable: true,
-        ..ExchangeDeclareOptions::default()
-    };
-    channel
-        .exchange_declare(
-            dlx.as_str().into(),
-            ExchangeKind::Fanout,
-            durable,
-            FieldTable::default(),
-        )
-        .await?;
-    let q = QueueDeclareOptions {
-        durable: true,
-        ..QueueDeclareOptions::default()
-    };
-    channel
-        .queue_declare(dlq.as_str().into(), q, FieldTable::default())
-        .await?;
+    let durable = ExchangeDeclareOptions { durable: true, ..ExchangeDeclareOptions::default() };
+    channel.exchange_declare(dlx.as_str().into(), ExchangeKind::Fanout, durable, FieldTable::default()).await?;
+    let q = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
+    channel.queue_declare(dlq.as_str().into(), q, FieldTable::default()).await?;
     channel
         .queue_bind(
             dlq.as_str().into(),
@@ -67,14 +49,8 @@ pub async fn declare_queue(
 ) -> Result<Topology, lapin::Error> {
     let (dlx, dlq) = declare_dead_letters(channel, queue).await?;
     let mut args = FieldTable::default();
-    args.insert(
-        "x-dead-letter-exchange".into(),
-        AMQPValue::LongString(dlx.as_str().into()),
-    );
-    let q = QueueDeclareOptions {
-        durable: true,
-        ..QueueDeclareOptions::default()
-    };
+    args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString(dlx.as_str().into()));
+    let q = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
     channel.queue_declare(queue.into(), q, args).await?;
     for key in bindings {
         channel
@@ -87,11 +63,7 @@ pub async fn declare_queue(
             )
             .await?;
     }
-    Ok(Topology {
-        queues: vec![queue.to_owned()],
-        dead_letter_exchange: dlx,
-        dead_letter_queue: dlq,
-    })
+    Ok(Topology { queues: vec![queue.to_owned()], dead_letter_exchange: dlx, dead_letter_queue: dlq })
 }
 
 /// Declares `partitions` durable queues `<base>.<n>`, each bound to `exchange` with the routing key
@@ -117,17 +89,9 @@ pub async fn declare_partitions(
         let queue = format!("{base}.{n}");
         let mut args = FieldTable::default();
         args.insert("x-single-active-consumer".into(), AMQPValue::Boolean(true));
-        args.insert(
-            "x-dead-letter-exchange".into(),
-            AMQPValue::LongString(dlx.as_str().into()),
-        );
-        let q = QueueDeclareOptions {
-            durable: true,
-            ..QueueDeclareOptions::default()
-        };
-        channel
-            .queue_declare(queue.as_str().into(), q, args)
-            .await?;
+        args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString(dlx.as_str().into()));
+        let q = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
+        channel.queue_declare(queue.as_str().into(), q, args).await?;
         let key = format!("{prefix}{n}");
         channel
             .queue_bind(
@@ -140,9 +104,5 @@ pub async fn declare_partitions(
             .await?;
         queues.push(queue);
     }
-    Ok(Topology {
-        queues,
-        dead_letter_exchange: dlx,
-        dead_letter_queue: dlq,
-    })
+    Ok(Topology { queues, dead_letter_exchange: dlx, dead_letter_queue: dlq })
 }

@@ -16,10 +16,7 @@ fn event(entity: Option<(&str, u64)>, amount: i64) -> Event {
         id: EventId::new(),
         event_type: "order.changed".to_owned(),
         event_version: 1,
-        entity: entity.map(|(k, s)| Entity {
-            key: k.to_owned(),
-            seq: s,
-        }),
+        entity: entity.map(|(k, s)| Entity { key: k.to_owned(), seq: s }),
         payload: Payload::new(
             serde_json::to_vec(&serde_json::json!({ "amount": amount })).expect("json"),
             "application/json",
@@ -33,20 +30,19 @@ fn event(entity: Option<(&str, u64)>, amount: i64) -> Event {
 }
 
 async fn effects_table(pool: &PgPool) {
-    sqlx::query("CREATE TABLE effects (n bigserial PRIMARY KEY, entity text, seq bigint, amount bigint, event_id uuid)")
-        .execute(pool)
-        .await
-        .expect("create effects");
+    sqlx::query(
+        "CREATE TABLE effects (n bigserial PRIMARY KEY, entity text, seq bigint, amount bigint, event_id uuid)",
+    )
+    .execute(pool)
+    .await
+    .expect("create effects");
 }
 
 /// The handler: one row per applied event, in the consumer's transaction.
 async fn apply(mut req: InboxRequest) -> Result<InboxRequest, HandlerError> {
-    let amount = req
-        .event()
-        .payload
-        .json::<serde_json::Value>()
-        .map_err(|_| HandlerError::permanent("not JSON"))?["amount"]
-        .as_i64();
+    let amount =
+        req.event().payload.json::<serde_json::Value>().map_err(|_| HandlerError::permanent("not JSON"))?["amount"]
+            .as_i64();
     let (entity, seq) = match &req.event().entity {
         Some(e) => (Some(e.key.clone()), Some(e.seq as i64)),
         None => (None, None),
@@ -78,36 +74,13 @@ async fn the_same_event_delivered_three_times_is_applied_once() {
     let e = event(Some(("order-1", 1)), 10);
     let mut outcomes = Vec::new();
     for _ in 0..3 {
-        outcomes.push(
-            svc.ready()
-                .await
-                .expect("ready")
-                .call(e.clone())
-                .await
-                .expect("handled"),
-        );
+        outcomes.push(svc.ready().await.expect("ready").call(e.clone()).await.expect("handled"));
     }
-    assert_eq!(
-        outcomes,
-        [
-            Outcome::Applied { successors: 0 },
-            Outcome::Duplicate,
-            Outcome::Duplicate
-        ]
-    );
+    assert_eq!(outcomes, [Outcome::Applied { successors: 0 }, Outcome::Duplicate, Outcome::Duplicate]);
     let unordered = event(None, 5);
-    assert_eq!(
-        svc.call(unordered.clone()).await.expect("handled"),
-        Outcome::Applied { successors: 0 }
-    );
-    assert_eq!(
-        svc.call(unordered).await.expect("handled"),
-        Outcome::Duplicate
-    );
-    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM effects")
-        .fetch_one(db.pool())
-        .await
-        .expect("count");
+    assert_eq!(svc.call(unordered.clone()).await.expect("handled"), Outcome::Applied { successors: 0 });
+    assert_eq!(svc.call(unordered).await.expect("handled"), Outcome::Duplicate);
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM effects").fetch_one(db.pool()).await.expect("count");
     assert_eq!(n, 2, "one effect per event");
     db.close().await.expect("cleanup");
 }
@@ -117,35 +90,20 @@ async fn deliveries_3_1_2_are_applied_as_1_2_3_and_the_parked_one_needs_no_redel
     let db = TestDb::new().await.expect("db");
     effects_table(db.pool()).await;
     let mut svc = InboxLayer::new(db.pool().clone(), "shipping").layer(tower::service_fn(apply));
-    let (e1, e2, e3) = (
-        event(Some(("o", 1)), 1),
-        event(Some(("o", 2)), 2),
-        event(Some(("o", 3)), 3),
-    );
+    let (e1, e2, e3) = (event(Some(("o", 1)), 1), event(Some(("o", 2)), 2), event(Some(("o", 3)), 3));
     assert_eq!(svc.call(e3.clone()).await.expect("3"), Outcome::Parked);
-    assert_eq!(
-        svc.call(e1).await.expect("1"),
-        Outcome::Applied { successors: 0 }
-    );
-    assert_eq!(
-        svc.call(e2).await.expect("2"),
-        Outcome::Applied { successors: 1 },
-        "3 follows 2 at once"
-    );
+    assert_eq!(svc.call(e1).await.expect("1"), Outcome::Applied { successors: 0 });
+    assert_eq!(svc.call(e2).await.expect("2"), Outcome::Applied { successors: 1 }, "3 follows 2 at once");
     assert_eq!(effects(db.pool(), "o").await, [1, 2, 3]);
     // A late redelivery of 3 is a duplicate; a stale event (seq 2 with a new id) is dropped.
     assert_eq!(svc.call(e3).await.expect("3 again"), Outcome::Duplicate);
-    assert_eq!(
-        svc.call(event(Some(("o", 2)), 99)).await.expect("stale"),
-        Outcome::Stale
-    );
+    assert_eq!(svc.call(event(Some(("o", 2)), 99)).await.expect("stale"), Outcome::Stale);
     assert_eq!(effects(db.pool(), "o").await, [1, 2, 3]);
     // The parked payload is not kept once applied.
-    let kept: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM inbox_events WHERE payload IS NOT NULL")
-            .fetch_one(db.pool())
-            .await
-            .expect("count");
+    let kept: i64 = sqlx::query_scalar("SELECT count(*) FROM inbox_events WHERE payload IS NOT NULL")
+        .fetch_one(db.pool())
+        .await
+        .expect("count");
     assert_eq!(kept, 0);
     db.close().await.expect("cleanup");
 }
@@ -157,15 +115,8 @@ async fn consumers_are_scoped_by_name_in_one_database() {
     let mut a = InboxLayer::new(db.pool().clone(), "a").layer(tower::service_fn(apply));
     let mut b = InboxLayer::new(db.pool().clone(), "b").layer(tower::service_fn(apply));
     let e = event(Some(("x", 1)), 1);
-    assert_eq!(
-        a.call(e.clone()).await.expect("a"),
-        Outcome::Applied { successors: 0 }
-    );
-    assert_eq!(
-        b.call(e.clone()).await.expect("b"),
-        Outcome::Applied { successors: 0 },
-        "b has not seen it"
-    );
+    assert_eq!(a.call(e.clone()).await.expect("a"), Outcome::Applied { successors: 0 });
+    assert_eq!(b.call(e.clone()).await.expect("b"), Outcome::Applied { successors: 0 }, "b has not seen it");
     assert_eq!(a.call(e).await.expect("a again"), Outcome::Duplicate);
     db.close().await.expect("cleanup");
 }
@@ -175,9 +126,7 @@ async fn many_deliveries_of_one_entity_at_once_apply_in_order() {
     let db = TestDb::new().await.expect("db");
     effects_table(db.pool()).await;
     let svc = InboxLayer::new(db.pool().clone(), "shipping").layer(tower::service_fn(apply));
-    let mut events: Vec<Event> = (1..=30)
-        .map(|s| event(Some(("hot", s)), s as i64))
-        .collect();
+    let mut events: Vec<Event> = (1..=30).map(|s| event(Some(("hot", s)), s as i64)).collect();
     // Every event twice, in a shuffled order, eight at a time.
     events.extend(events.clone());
     use rand::seq::SliceRandom;
@@ -188,10 +137,7 @@ async fn many_deliveries_of_one_entity_at_once_apply_in_order() {
     }))
     .await;
     assert!(results.iter().all(Result::is_ok), "{results:?}");
-    assert_eq!(
-        effects(db.pool(), "hot").await,
-        (1..=30).collect::<Vec<_>>()
-    );
+    assert_eq!(effects(db.pool(), "hot").await, (1..=30).collect::<Vec<_>>());
     db.close().await.expect("cleanup");
 }
 
@@ -204,9 +150,7 @@ async fn a_permanent_failure_holds_back_the_entity_until_an_operator_retries() {
     let handler = tower::service_fn(move |req: InboxRequest| {
         let flag = flag.clone();
         async move {
-            if req.event().entity.as_ref().is_some_and(|e| e.seq == 2)
-                && flag.load(Ordering::SeqCst)
-            {
+            if req.event().entity.as_ref().is_some_and(|e| e.seq == 2) && flag.load(Ordering::SeqCst) {
                 return Err(HandlerError::permanent("order 2 is not valid for shipping"));
             }
             apply(req).await
@@ -214,20 +158,10 @@ async fn a_permanent_failure_holds_back_the_entity_until_an_operator_retries() {
     });
     let mut svc = InboxLayer::new(db.pool().clone(), "shipping").layer(handler);
     let e2 = event(Some(("p", 2)), 2);
-    assert!(matches!(
-        svc.call(event(Some(("p", 1)), 1)).await,
-        Ok(Outcome::Applied { .. })
-    ));
+    assert!(matches!(svc.call(event(Some(("p", 1)), 1)).await, Ok(Outcome::Applied { .. })));
     let err = svc.call(e2.clone()).await.expect_err("permanent failure");
-    assert!(
-        matches!(&err, Error::Handler(h) if h.message().contains("not valid"))
-            && !err.is_retryable()
-    );
-    assert_eq!(
-        svc.call(event(Some(("p", 3)), 3)).await.expect("3"),
-        Outcome::Parked,
-        "3 parks behind the failed 2"
-    );
+    assert!(matches!(&err, Error::Handler(h) if h.message().contains("not valid")) && !err.is_retryable());
+    assert_eq!(svc.call(event(Some(("p", 3)), 3)).await.expect("3"), Outcome::Parked, "3 parks behind the failed 2");
     assert_eq!(
         svc.call(e2.clone()).await.expect("redelivery"),
         Outcome::Duplicate,
@@ -236,10 +170,7 @@ async fn a_permanent_failure_holds_back_the_entity_until_an_operator_retries() {
     assert_eq!(effects(db.pool(), "p").await, [1]);
 
     fail.store(false, Ordering::SeqCst);
-    assert_eq!(
-        svc.retry_failed(e2.id).await.expect("retry"),
-        Some(Outcome::Applied { successors: 1 })
-    );
+    assert_eq!(svc.retry_failed(e2.id).await.expect("retry"), Some(Outcome::Applied { successors: 1 }));
     assert_eq!(effects(db.pool(), "p").await, [1, 2, 3]);
     db.close().await.expect("cleanup");
 }
@@ -280,15 +211,9 @@ async fn composes_with_tower_timeout_concurrency_limit_and_retry() {
     struct RetryTransient(usize);
     impl tower::retry::Policy<Event, Outcome, tower::BoxError> for RetryTransient {
         type Future = std::future::Ready<()>;
-        fn retry(
-            &mut self,
-            _req: &mut Event,
-            result: &mut Result<Outcome, tower::BoxError>,
-        ) -> Option<Self::Future> {
+        fn retry(&mut self, _req: &mut Event, result: &mut Result<Outcome, tower::BoxError>) -> Option<Self::Future> {
             match result {
-                Err(e)
-                    if e.downcast_ref::<Error>().is_some_and(Error::is_retryable) && self.0 > 0 =>
-                {
+                Err(e) if e.downcast_ref::<Error>().is_some_and(Error::is_retryable) && self.0 > 0 => {
                     self.0 -= 1;
                     Some(std::future::ready(()))
                 }
@@ -319,43 +244,21 @@ async fn composes_with_tower_timeout_concurrency_limit_and_retry() {
         .timeout(Duration::from_secs(5))
         .layer(InboxLayer::new(db.pool().clone(), "shipping"))
         .service(flaky);
-    let outcome = svc
-        .ready()
-        .await
-        .expect("ready")
-        .call(event(Some(("r", 1)), 1))
-        .await
-        .expect("applied after retries");
+    let outcome =
+        svc.ready().await.expect("ready").call(event(Some(("r", 1)), 1)).await.expect("applied after retries");
     assert_eq!(outcome, Outcome::Applied { successors: 0 });
-    assert_eq!(
-        calls.load(Ordering::SeqCst),
-        3,
-        "two transient failures, then success"
-    );
-    assert_eq!(
-        effects(db.pool(), "r").await,
-        [1],
-        "the failed attempts rolled back"
-    );
+    assert_eq!(calls.load(Ordering::SeqCst), 3, "two transient failures, then success");
+    assert_eq!(effects(db.pool(), "r").await, [1], "the failed attempts rolled back");
 
     // A timeout inside the handler stack is a transient failure that rolls back.
     let slow = tower::service_fn(|req: InboxRequest| async move {
         tokio::time::sleep(Duration::from_secs(30)).await;
         Ok::<_, HandlerError>(req)
     });
-    let mut svc = InboxLayer::new(db.pool().clone(), "slow").layer(
-        ServiceBuilder::new()
-            .timeout(Duration::from_millis(100))
-            .service(slow),
-    );
-    let err = svc
-        .call(event(Some(("s", 1)), 1))
-        .await
-        .expect_err("timed out");
-    assert!(
-        matches!(err, Error::Layer(_)) && err.is_retryable(),
-        "{err:?}"
-    );
+    let mut svc = InboxLayer::new(db.pool().clone(), "slow")
+        .layer(ServiceBuilder::new().timeout(Duration::from_millis(100)).service(slow));
+    let err = svc.call(event(Some(("s", 1)), 1)).await.expect_err("timed out");
+    assert!(matches!(err, Error::Layer(_)) && err.is_retryable(), "{err:?}");
     let seen: i64 = sqlx::query_scalar("SELECT count(*) FROM inbox_events WHERE consumer = 'slow'")
         .fetch_one(db.pool())
         .await

@@ -18,9 +18,7 @@ use sqlx::PgPool;
 use tower::Layer;
 
 type Handler = tower::util::ServiceFn<
-    fn(
-        InboxRequest,
-    ) -> std::pin::Pin<Box<dyn Future<Output = Result<InboxRequest, HandlerError>> + Send>>,
+    fn(InboxRequest) -> std::pin::Pin<Box<dyn Future<Output = Result<InboxRequest, HandlerError>> + Send>>,
 >;
 
 fn event(entity: &str, seq: u64) -> Event {
@@ -28,10 +26,7 @@ fn event(entity: &str, seq: u64) -> Event {
         id: EventId::new(),
         event_type: "order.changed".to_owned(),
         event_version: 1,
-        entity: Some(Entity {
-            key: entity.to_owned(),
-            seq,
-        }),
+        entity: Some(Entity { key: entity.to_owned(), seq }),
         payload: Payload::new(
             serde_json::to_vec(&serde_json::json!({ "seq": seq })).expect("json"),
             "application/json",
@@ -45,24 +40,15 @@ fn event(entity: &str, seq: u64) -> Event {
 }
 
 async fn effects_table(pool: &PgPool) {
-    sqlx::query(
-        "CREATE TABLE effects (n bigserial PRIMARY KEY, entity text, seq bigint, event_id uuid)",
-    )
-    .execute(pool)
-    .await
-    .expect("create");
+    sqlx::query("CREATE TABLE effects (n bigserial PRIMARY KEY, entity text, seq bigint, event_id uuid)")
+        .execute(pool)
+        .await
+        .expect("create");
 }
 
-fn apply(
-    mut req: InboxRequest,
-) -> std::pin::Pin<Box<dyn Future<Output = Result<InboxRequest, HandlerError>> + Send>> {
+fn apply(mut req: InboxRequest) -> std::pin::Pin<Box<dyn Future<Output = Result<InboxRequest, HandlerError>> + Send>> {
     Box::pin(async move {
-        let (entity, seq) = req
-            .event()
-            .entity
-            .as_ref()
-            .map(|e| (e.key.clone(), e.seq as i64))
-            .unzip();
+        let (entity, seq) = req.event().entity.as_ref().map(|e| (e.key.clone(), e.seq as i64)).unzip();
         let id = *req.event().id.as_uuid();
         sqlx::query("INSERT INTO effects (entity, seq, event_id) VALUES ($1, $2, $3)")
             .bind(entity)
@@ -87,10 +73,7 @@ async fn effects(pool: &PgPool, entity: &str) -> Vec<i64> {
 }
 
 async fn count_effects(pool: &PgPool) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM effects")
-        .fetch_one(pool)
-        .await
-        .expect("count")
+    sqlx::query_scalar("SELECT count(*) FROM effects").fetch_one(pool).await.expect("count")
 }
 
 struct Env {
@@ -105,24 +88,15 @@ impl Env {
         let db = TestDb::new().await.expect("db");
         effects_table(db.pool()).await;
         let broker = TestBroker::new().await.expect("broker");
-        let exchange = broker
-            .declare_exchange("events", ExchangeKind::Topic)
-            .await
-            .expect("exchange");
+        let exchange = broker.declare_exchange("events", ExchangeKind::Topic).await.expect("exchange");
         let queue = broker.name("shipping");
-        let topology = outbox_consumer::declare_queue(broker.channel(), &exchange, &queue, &["#"])
-            .await
-            .expect("topology");
+        let topology =
+            outbox_consumer::declare_queue(broker.channel(), &exchange, &queue, &["#"]).await.expect("topology");
         for q in [&topology.queues[0], &topology.dead_letter_queue] {
             broker.remember_queue(q);
         }
         broker.remember_exchange(&topology.dead_letter_exchange);
-        Self {
-            db,
-            broker,
-            exchange,
-            topology,
-        }
+        Self { db, broker, exchange, topology }
     }
 
     fn runner<S>(&self, service: InboxService<S>) -> InboxRunnerBuilder<S>
@@ -143,10 +117,7 @@ impl Env {
     }
 
     async fn publish(&self, events: &[Event]) {
-        self.broker
-            .publish_events(&self.exchange, "order.changed", events)
-            .await
-            .expect("publish");
+        self.broker.publish_events(&self.exchange, "order.changed", events).await.expect("publish");
     }
 
     async fn close(self) {
@@ -158,11 +129,7 @@ impl Env {
 #[tokio::test]
 async fn the_same_event_published_three_times_changes_the_table_once() {
     let env = Env::new().await;
-    let handle = env
-        .runner(service(env.db.pool()))
-        .build()
-        .expect("runner")
-        .spawn();
+    let handle = env.runner(service(env.db.pool())).build().expect("runner").spawn();
     let e = event("order-1", 1);
     env.publish(&[e.clone(), e.clone(), e.clone()]).await;
     let marker = event("order-2", 1);
@@ -179,31 +146,21 @@ async fn the_same_event_published_three_times_changes_the_table_once() {
     .expect("dropped");
     assert_eq!(handle.stats().applied, 2);
     handle.shutdown().await.expect("shutdown");
-    assert_eq!(
-        effects(env.db.pool(), "order-1").await,
-        [1],
-        "three deliveries, one effect"
-    );
+    assert_eq!(effects(env.db.pool(), "order-1").await, [1], "three deliveries, one effect");
     env.close().await;
 }
 
 #[tokio::test]
 async fn deliveries_3_1_2_are_applied_in_order_without_another_delivery() {
     let env = Env::new().await;
-    let handle = env
-        .runner(service(env.db.pool()))
-        .concurrency(1)
-        .build()
-        .expect("runner")
-        .spawn();
+    let handle = env.runner(service(env.db.pool())).concurrency(1).build().expect("runner").spawn();
     let (e1, e2, e3) = (event("o", 1), event("o", 2), event("o", 3));
     env.publish(&[e3]).await;
     wait_for("3 parked", Duration::from_secs(10), || async {
-        let parked: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM inbox_events WHERE status = 'parked'")
-                .fetch_one(env.db.pool())
-                .await
-                .ok()?;
+        let parked: i64 = sqlx::query_scalar("SELECT count(*) FROM inbox_events WHERE status = 'parked'")
+            .fetch_one(env.db.pool())
+            .await
+            .ok()?;
         (parked == 1).then_some(())
     })
     .await
@@ -235,31 +192,17 @@ async fn crash_between_commit_and_ack_leaves_one_effect() {
     let e = event("k", 1);
     env.publish(&[e.clone()]).await;
     assert!(crashing.join().await.is_err(), "stopped at the crash point");
-    assert_eq!(
-        effects(env.db.pool(), "k").await,
-        [1],
-        "committed before the crash"
-    );
+    assert_eq!(effects(env.db.pool(), "k").await, [1], "committed before the crash");
 
-    let handle = env
-        .runner(service(env.db.pool()))
-        .build()
-        .expect("runner")
-        .spawn();
-    wait_for(
-        "the redelivery to be dropped as a duplicate",
-        Duration::from_secs(15),
-        || async { (handle.stats().duplicates == 1).then_some(()) },
-    )
+    let handle = env.runner(service(env.db.pool())).build().expect("runner").spawn();
+    wait_for("the redelivery to be dropped as a duplicate", Duration::from_secs(15), || async {
+        (handle.stats().duplicates == 1).then_some(())
+    })
     .await
     .expect("redelivered");
     assert_eq!(handle.stats().applied, 0);
     handle.shutdown().await.expect("shutdown");
-    assert_eq!(
-        effects(env.db.pool(), "k").await,
-        [1],
-        "the redelivered duplicate was dropped"
-    );
+    assert_eq!(effects(env.db.pool(), "k").await, [1], "the redelivered duplicate was dropped");
     env.close().await;
 }
 
@@ -288,22 +231,10 @@ async fn transient_failures_are_retried_with_backoff_then_applied_once() {
     .await
     .expect("applied");
     handle.shutdown().await.expect("shutdown");
-    assert_eq!(
-        calls.load(Ordering::SeqCst),
-        3,
-        "two failures and one success: no hot loop"
-    );
+    assert_eq!(calls.load(Ordering::SeqCst), 3, "two failures and one success: no hot loop");
     let t = times.lock().expect("lock").clone();
-    assert!(
-        t[1] - t[0] >= Duration::from_millis(190),
-        "first retry after the backoff floor: {:?}",
-        t[1] - t[0]
-    );
-    assert!(
-        t[2] - t[1] >= Duration::from_millis(190),
-        "second retry after a backoff: {:?}",
-        t[2] - t[1]
-    );
+    assert!(t[1] - t[0] >= Duration::from_millis(190), "first retry after the backoff floor: {:?}", t[1] - t[0]);
+    assert!(t[2] - t[1] >= Duration::from_millis(190), "second retry after a backoff: {:?}", t[2] - t[1]);
     assert_eq!(effects(env.db.pool(), "f").await, [1]);
     env.close().await;
 }
@@ -345,9 +276,7 @@ fn props(
     for (k, v) in headers {
         table.insert((*k).into(), v.clone());
     }
-    let mut p = BasicProperties::default()
-        .with_headers(table)
-        .with_timestamp(1_700_000_000);
+    let mut p = BasicProperties::default().with_headers(table).with_timestamp(1_700_000_000);
     if let Some(id) = id {
         p = p.with_message_id(id.into());
     }
@@ -365,40 +294,19 @@ fn props(
 #[tokio::test]
 async fn malformed_deliveries_are_dead_lettered_with_a_reason_and_good_ones_flow() {
     let env = Env::new().await;
-    let handle = env
-        .runner(service(env.db.pool()))
-        .build()
-        .expect("runner")
-        .spawn();
+    let handle = env.runner(service(env.db.pool())).build().expect("runner").spawn();
     let id = || EventId::new().to_string();
     let v1 = ("x-event-version", AMQPValue::LongLongInt(1));
     let json = Some("application/json");
     let ok_body: &[u8] = b"{\"ok\":true}";
     let big = "h".repeat(70 * 1024);
     let cases: Vec<(&str, BasicProperties, &[u8])> = vec![
-        (
-            "missing_message_id",
-            props(None, Some("t"), json, &[v1.clone()]),
-            ok_body,
-        ),
-        (
-            "invalid_message_id",
-            props(Some("not-a-uuid"), Some("t"), json, &[v1.clone()]),
-            ok_body,
-        ),
-        (
-            "missing_type",
-            props(Some(&id()), None, json, &[v1.clone()]),
-            ok_body,
-        ),
+        ("missing_message_id", props(None, Some("t"), json, &[v1.clone()]), ok_body),
+        ("invalid_message_id", props(Some("not-a-uuid"), Some("t"), json, &[v1.clone()]), ok_body),
+        ("missing_type", props(Some(&id()), None, json, &[v1.clone()]), ok_body),
         (
             "missing_header",
-            props(
-                Some(&id()),
-                Some("t"),
-                json,
-                &[v1.clone(), ("x-entity", AMQPValue::LongString("e".into()))],
-            ),
+            props(Some(&id()), Some("t"), json, &[v1.clone(), ("x-entity", AMQPValue::LongString("e".into()))]),
             ok_body,
         ),
         (
@@ -415,47 +323,20 @@ async fn malformed_deliveries_are_dead_lettered_with_a_reason_and_good_ones_flow
             ),
             ok_body,
         ),
-        (
-            "missing_header",
-            props(Some(&id()), Some("t"), json, &[]),
-            ok_body,
-        ),
-        (
-            "unknown_content_type",
-            props(
-                Some(&id()),
-                Some("t"),
-                Some("application/x-mystery"),
-                &[v1.clone()],
-            ),
-            ok_body,
-        ),
-        (
-            "unparsable_payload",
-            props(Some(&id()), Some("t"), json, &[v1.clone()]),
-            b"{not json",
-        ),
+        ("missing_header", props(Some(&id()), Some("t"), json, &[]), ok_body),
+        ("unknown_content_type", props(Some(&id()), Some("t"), Some("application/x-mystery"), &[v1.clone()]), ok_body),
+        ("unparsable_payload", props(Some(&id()), Some("t"), json, &[v1.clone()]), b"{not json"),
         (
             "headers_too_large",
             props(
                 Some(&id()),
                 Some("t"),
                 json,
-                &[
-                    v1.clone(),
-                    (
-                        "x-big",
-                        AMQPValue::LongString(LongString::from(big.as_str())),
-                    ),
-                ],
+                &[v1.clone(), ("x-big", AMQPValue::LongString(LongString::from(big.as_str())))],
             ),
             ok_body,
         ),
-        (
-            "missing_content_type",
-            props(Some(&id()), Some("t"), None, &[v1.clone()]),
-            ok_body,
-        ),
+        ("missing_content_type", props(Some(&id()), Some("t"), None, &[v1.clone()]), ok_body),
     ];
     let ch = env.broker.channel();
     let good_before = event("good", 1);
@@ -482,10 +363,7 @@ async fn malformed_deliveries_are_dead_lettered_with_a_reason_and_good_ones_flow
         .basic_consume(
             env.topology.dead_letter_queue.as_str().into(),
             "".into(),
-            BasicConsumeOptions {
-                no_ack: true,
-                ..Default::default()
-            },
+            BasicConsumeOptions { no_ack: true, ..Default::default() },
             FieldTable::default(),
         )
         .await
@@ -495,14 +373,13 @@ async fn malformed_deliveries_are_dead_lettered_with_a_reason_and_good_ones_flow
         dead.take(cases.len())
             .map(|d| {
                 let d = d.expect("delivery");
-                match d.properties.headers().as_ref().and_then(|h| {
-                    h.inner()
-                        .get(outbox_consumer::HEADER_DEAD_LETTER_REASON)
-                        .cloned()
-                }) {
-                    Some(AMQPValue::LongString(s)) => {
-                        String::from_utf8_lossy(s.as_bytes()).into_owned()
-                    }
+                match d
+                    .properties
+                    .headers()
+                    .as_ref()
+                    .and_then(|h| h.inner().get(outbox_consumer::HEADER_DEAD_LETTER_REASON).cloned())
+                {
+                    Some(AMQPValue::LongString(s)) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
                     other => format!("{other:?}"),
                 }
             })

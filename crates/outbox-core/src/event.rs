@@ -56,10 +56,7 @@ impl Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Self {
-            max_payload_bytes: Self::DEFAULT_MAX_PAYLOAD_BYTES,
-            max_header_bytes: Self::DEFAULT_MAX_HEADER_BYTES,
-        }
+        Self { max_payload_bytes: Self::DEFAULT_MAX_PAYLOAD_BYTES, max_header_bytes: Self::DEFAULT_MAX_HEADER_BYTES }
     }
 }
 
@@ -73,10 +70,7 @@ pub struct Payload {
 impl Payload {
     /// Raw bytes with their content type.
     pub fn new(bytes: impl Into<Vec<u8>>, content_type: impl Into<String>) -> Self {
-        Self {
-            bytes: bytes.into(),
-            content_type: content_type.into(),
-        }
+        Self { bytes: bytes.into(), content_type: content_type.into() }
     }
 
     /// The bytes.
@@ -105,10 +99,7 @@ impl Payload {
 
 impl fmt::Debug for Payload {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Payload")
-            .field("len", &self.bytes.len())
-            .field("content_type", &self.content_type)
-            .finish()
+        f.debug_struct("Payload").field("len", &self.bytes.len()).field("content_type", &self.content_type).finish()
     }
 }
 
@@ -172,10 +163,7 @@ impl NewEvent {
     ///
     /// # Errors
     /// [`EventError::PayloadSerialization`] if `value` cannot be serialized.
-    pub fn json<T: serde::Serialize + ?Sized>(
-        event_type: impl Into<String>,
-        value: &T,
-    ) -> Result<Self> {
+    pub fn json<T: serde::Serialize + ?Sized>(event_type: impl Into<String>, value: &T) -> Result<Self> {
         let bytes = serde_json::to_vec(value).map_err(|e| EventError::PayloadSerialization {
             category: match e.classify() {
                 serde_json::error::Category::Io => "io",
@@ -184,10 +172,7 @@ impl NewEvent {
                 serde_json::error::Category::Eof => "eof",
             },
         })?;
-        Ok(Self::new(
-            event_type,
-            Payload::new(bytes, CONTENT_TYPE_JSON),
-        ))
+        Ok(Self::new(event_type, Payload::new(bytes, CONTENT_TYPE_JSON)))
     }
 
     /// Sets the event id, for a caller that must know or choose it up front. Defaults to a new
@@ -292,10 +277,7 @@ impl NewEvent {
         }
         let size = self.payload.bytes.len();
         if size > limits.max_payload_bytes {
-            return Err(EventError::PayloadTooLarge {
-                size,
-                max: limits.max_payload_bytes,
-            });
+            return Err(EventError::PayloadTooLarge { size, max: limits.max_payload_bytes });
         }
         let ct = &self.payload.content_type;
         if ct.is_empty() || ct.len() > 255 || !ct.bytes().all(|b| (0x20..0x7f).contains(&b)) {
@@ -395,10 +377,7 @@ pub(crate) fn validate_event_type(t: &str) -> Result<()> {
         return Err(EventError::EmptyEventType);
     }
     if t.len() > MAX_EVENT_TYPE {
-        return Err(EventError::EventTypeTooLong {
-            len: t.len(),
-            max: MAX_EVENT_TYPE,
-        });
+        return Err(EventError::EventTypeTooLong { len: t.len(), max: MAX_EVENT_TYPE });
     }
     if t.chars().any(|c| c.is_control() || c.is_whitespace()) {
         return Err(EventError::InvalidEventType);
@@ -411,10 +390,7 @@ pub(crate) fn validate_entity_key(key: &str) -> Result<()> {
         return Err(EventError::EmptyEntityKey);
     }
     if key.len() > MAX_ENTITY_KEY {
-        return Err(EventError::EntityKeyTooLong {
-            len: key.len(),
-            max: MAX_ENTITY_KEY,
-        });
+        return Err(EventError::EntityKeyTooLong { len: key.len(), max: MAX_ENTITY_KEY });
     }
     if has_control(key) {
         return Err(EventError::InvalidEntityKey);
@@ -424,18 +400,14 @@ pub(crate) fn validate_entity_key(key: &str) -> Result<()> {
 
 fn validate_id(field: &'static str, id: Option<&str>) -> Result<()> {
     match id {
-        Some(id) if id.is_empty() || id.len() > MAX_ID || has_control(id) => {
-            Err(EventError::InvalidId { field })
-        }
+        Some(id) if id.is_empty() || id.len() > MAX_ID || has_control(id) => Err(EventError::InvalidId { field }),
         _ => Ok(()),
     }
 }
 
 pub(crate) fn validate_traceparent(tp: &str) -> Result<()> {
     let parts: Vec<&str> = tp.split('-').collect();
-    let lower_hex = |s: &str, n: usize| {
-        s.len() == n && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-    };
+    let lower_hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
     let ok = parts.len() == 4
         && lower_hex(parts[0], 2)
         && parts[0] != "ff"
@@ -444,32 +416,20 @@ pub(crate) fn validate_traceparent(tp: &str) -> Result<()> {
         && lower_hex(parts[2], 16)
         && parts[2].bytes().any(|b| b != b'0')
         && lower_hex(parts[3], 2);
-    if ok {
-        Ok(())
-    } else {
-        Err(EventError::InvalidTraceparent)
-    }
+    if ok { Ok(()) } else { Err(EventError::InvalidTraceparent) }
 }
 
 fn validate_headers(headers: &Headers, max_bytes: usize) -> Result<()> {
     let mut size = 0usize;
     for (name, value) in headers {
-        if name.is_empty()
-            || name.len() > MAX_HEADER_NAME
-            || !name.bytes().all(|b| b.is_ascii_graphic())
-        {
-            return Err(EventError::InvalidHeaderName {
-                name: name.escape_default().to_string(),
-            });
+        if name.is_empty() || name.len() > MAX_HEADER_NAME || !name.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(EventError::InvalidHeaderName { name: name.escape_default().to_string() });
         }
         if is_reserved(name) {
             return Err(EventError::ReservedHeader { name: name.clone() });
         }
         if !value.is_producer_value() {
-            return Err(EventError::UnsupportedHeaderValue {
-                name: name.clone(),
-                type_name: value.type_name(),
-            });
+            return Err(EventError::UnsupportedHeaderValue { name: name.clone(), type_name: value.type_name() });
         }
         size += name.len()
             + match value {
@@ -478,10 +438,7 @@ fn validate_headers(headers: &Headers, max_bytes: usize) -> Result<()> {
             };
     }
     if size > max_bytes {
-        return Err(EventError::HeadersTooLarge {
-            size,
-            max: max_bytes,
-        });
+        return Err(EventError::HeadersTooLarge { size, max: max_bytes });
     }
     Ok(())
 }
@@ -493,93 +450,40 @@ mod tests {
     const SECRET: &str = "SECRET-PAYLOAD-4f1c";
 
     fn ok_event() -> NewEvent {
-        NewEvent::json("order.placed", &serde_json::json!({ "secret": SECRET }))
-            .expect("serializable")
+        NewEvent::json("order.placed", &serde_json::json!({ "secret": SECRET })).expect("serializable")
     }
 
     type Case = (NewEvent, fn(&EventError) -> bool);
 
     fn invalid_events() -> Vec<Case> {
         vec![
-            (ok_event().version(0), |e| {
-                matches!(e, EventError::InvalidVersion)
-            }),
-            (NewEvent::json("", &1).expect("json"), |e| {
-                matches!(e, EventError::EmptyEventType)
-            }),
+            (ok_event().version(0), |e| matches!(e, EventError::InvalidVersion)),
+            (NewEvent::json("", &1).expect("json"), |e| matches!(e, EventError::EmptyEventType)),
             (NewEvent::json("t".repeat(256), &1).expect("json"), |e| {
                 matches!(e, EventError::EventTypeTooLong { len: 256, max: 255 })
             }),
-            (NewEvent::json("a b", &1).expect("json"), |e| {
-                matches!(e, EventError::InvalidEventType)
-            }),
-            (ok_event().entity(""), |e| {
-                matches!(e, EventError::EmptyEntityKey)
-            }),
-            (ok_event().entity("k".repeat(256)), |e| {
-                matches!(e, EventError::EntityKeyTooLong { len: 256, max: 255 })
-            }),
-            (ok_event().entity("a\nb"), |e| {
-                matches!(e, EventError::InvalidEntityKey)
-            }),
-            (NewEvent::new("t", Payload::new(vec![], "")), |e| {
-                matches!(e, EventError::InvalidContentType)
-            }),
-            (ok_event().header("x-seq", 1), |e| {
-                matches!(e, EventError::ReservedHeader { .. })
-            }),
-            (ok_event().header("X-Entity", "k"), |e| {
-                matches!(e, EventError::ReservedHeader { .. })
-            }),
-            (ok_event().header("x-outbox-anything", "k"), |e| {
-                matches!(e, EventError::ReservedHeader { .. })
-            }),
-            (ok_event().header("x-death", "k"), |e| {
-                matches!(e, EventError::ReservedHeader { .. })
-            }),
-            (ok_event().header("", "v"), |e| {
-                matches!(e, EventError::InvalidHeaderName { .. })
-            }),
-            (ok_event().header("has space", "v"), |e| {
-                matches!(e, EventError::InvalidHeaderName { .. })
-            }),
-            (ok_event().header("ünicode", "v"), |e| {
-                matches!(e, EventError::InvalidHeaderName { .. })
-            }),
-            (ok_event().header("h".repeat(129), "v"), |e| {
-                matches!(e, EventError::InvalidHeaderName { .. })
-            }),
+            (NewEvent::json("a b", &1).expect("json"), |e| matches!(e, EventError::InvalidEventType)),
+            (ok_event().entity(""), |e| matches!(e, EventError::EmptyEntityKey)),
+            (ok_event().entity("k".repeat(256)), |e| matches!(e, EventError::EntityKeyTooLong { len: 256, max: 255 })),
+            (ok_event().entity("a\nb"), |e| matches!(e, EventError::InvalidEntityKey)),
+            (NewEvent::new("t", Payload::new(vec![], "")), |e| matches!(e, EventError::InvalidContentType)),
+            (ok_event().header("x-seq", 1), |e| matches!(e, EventError::ReservedHeader { .. })),
+            (ok_event().header("X-Entity", "k"), |e| matches!(e, EventError::ReservedHeader { .. })),
+            (ok_event().header("x-outbox-anything", "k"), |e| matches!(e, EventError::ReservedHeader { .. })),
+            (ok_event().header("x-death", "k"), |e| matches!(e, EventError::ReservedHeader { .. })),
+            (ok_event().header("", "v"), |e| matches!(e, EventError::InvalidHeaderName { .. })),
+            (ok_event().header("has space", "v"), |e| matches!(e, EventError::InvalidHeaderName { .. })),
+            (ok_event().header("ünicode", "v"), |e| matches!(e, EventError::InvalidHeaderName { .. })),
+            (ok_event().header("h".repeat(129), "v"), |e| matches!(e, EventError::InvalidHeaderName { .. })),
             (ok_event().header("f", HeaderValue::Float(1.5)), |e| {
-                matches!(
-                    e,
-                    EventError::UnsupportedHeaderValue {
-                        type_name: "float",
-                        ..
-                    }
-                )
+                matches!(e, EventError::UnsupportedHeaderValue { type_name: "float", .. })
             }),
-            (ok_event().header("big", "v".repeat(17 * 1024)), |e| {
-                matches!(e, EventError::HeadersTooLarge { .. })
-            }),
-            (ok_event().correlation_id(""), |e| {
-                matches!(
-                    e,
-                    EventError::InvalidId {
-                        field: "correlation_id"
-                    }
-                )
-            }),
+            (ok_event().header("big", "v".repeat(17 * 1024)), |e| matches!(e, EventError::HeadersTooLarge { .. })),
+            (ok_event().correlation_id(""), |e| matches!(e, EventError::InvalidId { field: "correlation_id" })),
             (ok_event().causation_id("c".repeat(256)), |e| {
-                matches!(
-                    e,
-                    EventError::InvalidId {
-                        field: "causation_id"
-                    }
-                )
+                matches!(e, EventError::InvalidId { field: "causation_id" })
             }),
-            (ok_event().traceparent("00-abc-def-01"), |e| {
-                matches!(e, EventError::InvalidTraceparent)
-            }),
+            (ok_event().traceparent("00-abc-def-01"), |e| matches!(e, EventError::InvalidTraceparent)),
         ]
     }
 
@@ -608,24 +512,14 @@ mod tests {
     #[test]
     fn every_invalid_event_has_its_typed_error() {
         for (event, expected) in invalid_events() {
-            let err = event
-                .validate(&Limits::default())
-                .expect_err("must be rejected");
+            let err = event.validate(&Limits::default()).expect_err("must be rejected");
             assert!(expected(&err), "unexpected error {err:?} for {event:?}");
         }
         let big = NewEvent::new("t", Payload::new(vec![b'x'; 17], "text/plain"));
-        let err = big
-            .validate(&Limits::default().max_payload_bytes(16))
-            .expect_err("too large");
+        let err = big.validate(&Limits::default().max_payload_bytes(16)).expect_err("too large");
         assert_eq!(err, EventError::PayloadTooLarge { size: 17, max: 16 });
-        let default_max = NewEvent::new(
-            "t",
-            Payload::new(vec![0; Limits::DEFAULT_MAX_PAYLOAD_BYTES + 1], "a/b"),
-        );
-        assert!(matches!(
-            default_max.validate(&Limits::default()),
-            Err(EventError::PayloadTooLarge { .. })
-        ));
+        let default_max = NewEvent::new("t", Payload::new(vec![0; Limits::DEFAULT_MAX_PAYLOAD_BYTES + 1], "a/b"));
+        assert!(matches!(default_max.validate(&Limits::default()), Err(EventError::PayloadTooLarge { .. })));
     }
 
     #[test]
@@ -634,10 +528,7 @@ mod tests {
         let event = ok_event().header("x-seq", SECRET);
         let err = event.validate(&limits).expect_err("too large");
         for text in [err.to_string(), format!("{err:?}"), format!("{event:?}")] {
-            assert!(
-                !text.contains(SECRET),
-                "payload or header value leaked: {text}"
-            );
+            assert!(!text.contains(SECRET), "payload or header value leaked: {text}");
         }
         let stored = event.into_event(Some(1), SystemTime::now());
         assert!(!format!("{stored:?}").contains(SECRET));

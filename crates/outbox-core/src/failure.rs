@@ -28,13 +28,7 @@ pub enum FailureKind {
 
 impl FailureKind {
     /// Every kind, for exhaustive listings (metrics, docs).
-    pub const ALL: [Self; 5] = [
-        Self::Transient,
-        Self::Contract,
-        Self::Auth,
-        Self::Rejected,
-        Self::Contended,
-    ];
+    pub const ALL: [Self; 5] = [Self::Transient, Self::Contract, Self::Auth, Self::Rejected, Self::Contended];
 
     /// The name stored in the database and used in metrics labels.
     pub const fn as_str(self) -> &'static str {
@@ -66,10 +60,7 @@ impl FromStr for FailureKind {
     type Err = crate::ParseStatusError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL
-            .into_iter()
-            .find(|k| k.as_str() == s)
-            .ok_or_else(|| crate::ParseStatusError(s.to_owned()))
+        Self::ALL.into_iter().find(|k| k.as_str() == s).ok_or_else(|| crate::ParseStatusError(s.to_owned()))
     }
 }
 
@@ -82,10 +73,7 @@ mod tests {
         for k in FailureKind::ALL {
             assert_eq!(k.as_str().parse::<FailureKind>(), Ok(k));
         }
-        let permanent: Vec<_> = FailureKind::ALL
-            .into_iter()
-            .filter(|k| k.is_permanent())
-            .collect();
+        let permanent: Vec<_> = FailureKind::ALL.into_iter().filter(|k| k.is_permanent()).collect();
         assert_eq!(permanent, [FailureKind::Contract, FailureKind::Rejected]);
     }
 }

@@ -5,9 +5,7 @@ use uuid::Uuid;
 
 /// The identity of an event: a UUID v7, minted once when the event is created and kept across
 /// every publish attempt (guarantee G3). Consumers deduplicate by it.
-#[derive(
-    Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
-)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(transparent)]
 pub struct EventId(Uuid);
 

@@ -40,8 +40,7 @@ pub use failure::FailureKind;
 pub use header::{HeaderValue, Headers, RESERVED_HEADERS};
 pub use id::EventId;
 pub use publish::{
-    ConfirmFuture, ExchangeKind, OutgoingMessage, PublishFailure, PublishOutcome, Publisher,
-    partition_for,
+    ConfirmFuture, ExchangeKind, OutgoingMessage, PublishFailure, PublishOutcome, Publisher, partition_for,
 };
 pub use retry::{QuarantineReason, RetryDecision, RetryPolicy};
 pub use status::{ParseStatusError, Status};

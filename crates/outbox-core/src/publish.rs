@@ -30,10 +30,7 @@ pub struct PublishFailure {
 impl PublishFailure {
     /// A failure of `kind` with `reason`.
     pub fn new(kind: FailureKind, reason: impl Into<String>) -> Self {
-        Self {
-            kind,
-            reason: reason.into(),
-        }
+        Self { kind, reason: reason.into() }
     }
 }
 
@@ -75,10 +72,7 @@ pub type ConfirmFuture = Pin<Box<dyn Future<Output = PublishOutcome> + Send + 's
 /// ```
 pub trait Publisher: Send + Sync + 'static {
     /// Sends `batch` and returns one confirm future per message, in the same order.
-    fn publish(
-        &self,
-        batch: Vec<OutgoingMessage>,
-    ) -> impl Future<Output = Vec<ConfirmFuture>> + Send;
+    fn publish(&self, batch: Vec<OutgoingMessage>) -> impl Future<Output = Vec<ConfirmFuture>> + Send;
 
     /// Makes sure `exchange` exists (declared durable, of `kind`), now and after every reconnect.
     /// The default does nothing, for publishers that have no such notion.
@@ -129,22 +123,13 @@ mod tests {
     #[test]
     fn partitions_are_stable_and_spread() {
         // Fixed values: changing the hash would move every entity to another partition.
-        assert_eq!(
-            partition_for("", 1024),
-            (0xcbf2_9ce4_8422_2325u64 % 1024) as u32
-        );
-        assert_eq!(
-            partition_for("a", 1_000_000),
-            (0xaf63_dc4c_8601_ec8cu64 % 1_000_000) as u32
-        );
+        assert_eq!(partition_for("", 1024), (0xcbf2_9ce4_8422_2325u64 % 1024) as u32);
+        assert_eq!(partition_for("a", 1_000_000), (0xaf63_dc4c_8601_ec8cu64 % 1_000_000) as u32);
         let mut counts = [0u32; 4];
         for i in 0..4000 {
             counts[partition_for(&format!("order-{i}"), 4) as usize] += 1;
         }
-        assert!(
-            counts.iter().all(|c| (800..1200).contains(c)),
-            "uneven spread {counts:?}"
-        );
+        assert!(counts.iter().all(|c| (800..1200).contains(c)), "uneven spread {counts:?}");
         assert_eq!(partition_for("x", 0), 0);
     }
 }

@@ -121,21 +121,13 @@ impl RetryPolicy {
     pub fn delay_bound(&self, attempts: u32) -> Duration {
         let exp = attempts.saturating_sub(1).min(32);
         let bound = self.initial_delay.saturating_mul(1u32 << exp.min(31));
-        bound
-            .min(self.max_delay)
-            .max(self.initial_delay.min(self.max_delay))
+        bound.min(self.max_delay).max(self.initial_delay.min(self.max_delay))
     }
 
     /// Decides what follows a failed attempt, with the thread's random source.
     ///
     /// `attempts` counts the attempts made so far, including the one that just failed.
-    pub fn decide(
-        &self,
-        attempts: u32,
-        created_at: SystemTime,
-        now: SystemTime,
-        kind: FailureKind,
-    ) -> RetryDecision {
+    pub fn decide(&self, attempts: u32, created_at: SystemTime, now: SystemTime, kind: FailureKind) -> RetryDecision {
         self.decide_with_rng(attempts, created_at, now, kind, &mut rand::rng())
     }
 
@@ -156,17 +148,11 @@ impl RetryPolicy {
             FailureKind::Transient | FailureKind::Auth => {}
         }
         if attempts >= self.max_attempts {
-            return RetryDecision::Quarantine(QuarantineReason::AttemptsExhausted {
-                attempts,
-                max: self.max_attempts,
-            });
+            return RetryDecision::Quarantine(QuarantineReason::AttemptsExhausted { attempts, max: self.max_attempts });
         }
         let age = now.duration_since(created_at).unwrap_or_default();
         if age >= self.max_age {
-            return RetryDecision::Quarantine(QuarantineReason::TooOld {
-                age,
-                max: self.max_age,
-            });
+            return RetryDecision::Quarantine(QuarantineReason::TooOld { age, max: self.max_age });
         }
         let floor = self.initial_delay.min(self.max_delay);
         let bound = self.delay_bound(attempts);
@@ -207,14 +193,10 @@ mod tests {
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
         let mut rng = StdRng::seed_from_u64(42);
         for attempt in 1..10 {
-            let bound =
-                Duration::from_millis(100 * (1 << (attempt - 1))).min(Duration::from_secs(10));
+            let bound = Duration::from_millis(100 * (1 << (attempt - 1))).min(Duration::from_secs(10));
             assert_eq!(p.delay_bound(attempt), bound);
             for _ in 0..200 {
-                let d = delay(
-                    p.decide_with_rng(attempt, now, now, FailureKind::Transient, &mut rng),
-                    now,
-                );
+                let d = delay(p.decide_with_rng(attempt, now, now, FailureKind::Transient, &mut rng), now);
                 assert!(
                     d >= Duration::from_millis(100) && d <= bound,
                     "attempt {attempt}: {d:?} outside [100ms, {bound:?}]"
@@ -229,24 +211,14 @@ mod tests {
         let now = SystemTime::UNIX_EPOCH;
         let draw = |seed| {
             let mut rng = StdRng::seed_from_u64(seed);
-            (0..50)
-                .map(|_| {
-                    delay(
-                        p.decide_with_rng(6, now, now, FailureKind::Auth, &mut rng),
-                        now,
-                    )
-                })
-                .collect::<Vec<_>>()
+            (0..50).map(|_| delay(p.decide_with_rng(6, now, now, FailureKind::Auth, &mut rng), now)).collect::<Vec<_>>()
         };
         let a = draw(1);
         assert_eq!(a, draw(1), "same seed, same delays");
         assert_ne!(a, draw(2));
         let mean = a.iter().sum::<Duration>() / 50;
         // Uniform over [100ms, 3.2s]: the mean is near 1.65s, far from both ends.
-        assert!(
-            mean > Duration::from_millis(1000) && mean < Duration::from_millis(2300),
-            "mean {mean:?}"
-        );
+        assert!(mean > Duration::from_millis(1000) && mean < Duration::from_millis(2300), "mean {mean:?}");
     }
 
     #[test]
@@ -256,10 +228,8 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(3);
         for attempt in [31, 32, 64, 1000, u32::MAX - 1] {
             assert!(
-                delay(
-                    p.decide_with_rng(attempt, now, now, FailureKind::Transient, &mut rng),
-                    now
-                ) <= Duration::from_secs(10)
+                delay(p.decide_with_rng(attempt, now, now, FailureKind::Transient, &mut rng), now)
+                    <= Duration::from_secs(10)
             );
         }
     }
@@ -271,10 +241,7 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(0);
         assert_eq!(
             p.decide_with_rng(10, created, created, FailureKind::Transient, &mut rng),
-            RetryDecision::Quarantine(QuarantineReason::AttemptsExhausted {
-                attempts: 10,
-                max: 10
-            })
+            RetryDecision::Quarantine(QuarantineReason::AttemptsExhausted { attempts: 10, max: 10 })
         );
         let old = created + Duration::from_secs(3600);
         assert!(matches!(
@@ -287,9 +254,6 @@ mod tests {
                 RetryDecision::Quarantine(QuarantineReason::Permanent(kind))
             );
         }
-        assert_eq!(
-            p.decide_with_rng(99, created, old, FailureKind::Contended, &mut rng),
-            RetryDecision::RetryAt(old)
-        );
+        assert_eq!(p.decide_with_rng(99, created, old, FailureKind::Contended, &mut rng), RetryDecision::RetryAt(old));
     }
 }

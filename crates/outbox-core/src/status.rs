@@ -78,12 +78,7 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for s in [
-            Status::Pending,
-            Status::Published,
-            Status::Quarantined,
-            Status::Skipped,
-        ] {
+        for s in [Status::Pending, Status::Published, Status::Quarantined, Status::Skipped] {
             assert_eq!(s.as_str().parse::<Status>(), Ok(s));
         }
         assert!("sent".parse::<Status>().is_err());

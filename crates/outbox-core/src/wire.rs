@@ -170,32 +170,17 @@ fn from_unix_millis(ms: i64) -> SystemTime {
 pub fn encode(event: &Event, app_id: Option<&str>) -> WireMessage {
     let created_ms = unix_millis(event.created_at);
     let mut headers = event.headers.clone();
-    headers.insert(
-        HEADER_EVENT_VERSION.to_owned(),
-        HeaderValue::Int(i64::from(event.event_version)),
-    );
-    headers.insert(
-        HEADER_CREATED_AT_MS.to_owned(),
-        HeaderValue::Int(created_ms),
-    );
+    headers.insert(HEADER_EVENT_VERSION.to_owned(), HeaderValue::Int(i64::from(event.event_version)));
+    headers.insert(HEADER_CREATED_AT_MS.to_owned(), HeaderValue::Int(created_ms));
     if let Some(Entity { key, seq }) = &event.entity {
         headers.insert(HEADER_ENTITY.to_owned(), HeaderValue::String(key.clone()));
-        headers.insert(
-            HEADER_SEQ.to_owned(),
-            HeaderValue::Int(i64::try_from(*seq).unwrap_or(i64::MAX)),
-        );
+        headers.insert(HEADER_SEQ.to_owned(), HeaderValue::Int(i64::try_from(*seq).unwrap_or(i64::MAX)));
     }
     if let Some(c) = &event.causation_id {
-        headers.insert(
-            HEADER_CAUSATION_ID.to_owned(),
-            HeaderValue::String(c.clone()),
-        );
+        headers.insert(HEADER_CAUSATION_ID.to_owned(), HeaderValue::String(c.clone()));
     }
     if let Some(t) = &event.traceparent {
-        headers.insert(
-            HEADER_TRACEPARENT.to_owned(),
-            HeaderValue::String(t.clone()),
-        );
+        headers.insert(HEADER_TRACEPARENT.to_owned(), HeaderValue::String(t.clone()));
     }
     WireMessage {
         properties: WireProperties {
@@ -212,11 +197,7 @@ pub fn encode(event: &Event, app_id: Option<&str>) -> WireMessage {
     }
 }
 
-fn take_int(
-    headers: &mut Headers,
-    name: &'static str,
-    expected: &'static str,
-) -> Result<Option<i64>, DecodeError> {
+fn take_int(headers: &mut Headers, name: &'static str, expected: &'static str) -> Result<Option<i64>, DecodeError> {
     match headers.remove(name) {
         None => Ok(None),
         Some(HeaderValue::Int(i)) => Ok(Some(i)),
@@ -228,10 +209,7 @@ fn take_string(headers: &mut Headers, name: &'static str) -> Result<Option<Strin
     match headers.remove(name) {
         None => Ok(None),
         Some(HeaderValue::String(s)) => Ok(Some(s)),
-        Some(_) => Err(DecodeError::InvalidHeader {
-            name,
-            expected: "a string",
-        }),
+        Some(_) => Err(DecodeError::InvalidHeader { name, expected: "a string" }),
     }
 }
 
@@ -240,11 +218,7 @@ fn take_string(headers: &mut Headers, name: &'static str) -> Result<Option<Strin
 /// # Errors
 /// A [`DecodeError`] naming the first missing or malformed field.
 pub fn decode(message: WireMessage) -> Result<Event, DecodeError> {
-    let WireMessage {
-        properties,
-        mut headers,
-        body,
-    } = message;
+    let WireMessage { properties, mut headers, body } = message;
     let id: EventId = properties
         .message_id
         .ok_or(DecodeError::MissingMessageId)?
@@ -252,24 +226,14 @@ pub fn decode(message: WireMessage) -> Result<Event, DecodeError> {
         .map_err(|_| DecodeError::InvalidMessageId)?;
     let event_type = properties.kind.ok_or(DecodeError::MissingEventType)?;
     crate::event::validate_event_type(&event_type).map_err(DecodeError::InvalidEventType)?;
-    let content_type = properties
-        .content_type
-        .ok_or(DecodeError::MissingContentType)?;
+    let content_type = properties.content_type.ok_or(DecodeError::MissingContentType)?;
 
-    let version = take_int(
-        &mut headers,
-        HEADER_EVENT_VERSION,
-        "an integer from 1 to 2^32-1",
-    )?
-    .ok_or(DecodeError::MissingHeader(HEADER_EVENT_VERSION))?;
-    let event_version =
-        u32::try_from(version)
-            .ok()
-            .filter(|v| *v >= 1)
-            .ok_or(DecodeError::InvalidHeader {
-                name: HEADER_EVENT_VERSION,
-                expected: "an integer from 1 to 2^32-1",
-            })?;
+    let version = take_int(&mut headers, HEADER_EVENT_VERSION, "an integer from 1 to 2^32-1")?
+        .ok_or(DecodeError::MissingHeader(HEADER_EVENT_VERSION))?;
+    let event_version = u32::try_from(version)
+        .ok()
+        .filter(|v| *v >= 1)
+        .ok_or(DecodeError::InvalidHeader { name: HEADER_EVENT_VERSION, expected: "an integer from 1 to 2^32-1" })?;
 
     let entity_key = take_string(&mut headers, HEADER_ENTITY)?;
     let seq = take_int(&mut headers, HEADER_SEQ, "a positive integer")?;
@@ -280,14 +244,10 @@ pub fn decode(message: WireMessage) -> Result<Event, DecodeError> {
                 name: HEADER_ENTITY,
                 expected: "1 to 255 bytes without control characters",
             })?;
-            let seq =
-                u64::try_from(seq)
-                    .ok()
-                    .filter(|s| *s >= 1)
-                    .ok_or(DecodeError::InvalidHeader {
-                        name: HEADER_SEQ,
-                        expected: "a positive integer",
-                    })?;
+            let seq = u64::try_from(seq)
+                .ok()
+                .filter(|s| *s >= 1)
+                .ok_or(DecodeError::InvalidHeader { name: HEADER_SEQ, expected: "a positive integer" })?;
             Some(Entity { key, seq })
         }
         (Some(_), None) => return Err(DecodeError::MissingHeader(HEADER_SEQ)),
@@ -298,10 +258,8 @@ pub fn decode(message: WireMessage) -> Result<Event, DecodeError> {
         Some(ms) => from_unix_millis(ms),
         None => {
             let secs = properties.timestamp.ok_or(DecodeError::MissingCreatedAt)?;
-            let ms = secs
-                .checked_mul(1000)
-                .and_then(|ms| i64::try_from(ms).ok())
-                .ok_or(DecodeError::InvalidTimestamp)?;
+            let ms =
+                secs.checked_mul(1000).and_then(|ms| i64::try_from(ms).ok()).ok_or(DecodeError::InvalidTimestamp)?;
             from_unix_millis(ms)
         }
     };

@@ -6,8 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use outbox_core::wire::{self, DecodeError, WireMessage};
 use outbox_core::{
-    CONTENT_TYPE_JSON, Entity, Event, EventError, EventId, HeaderValue, Headers, Payload,
-    RESERVED_HEADERS,
+    CONTENT_TYPE_JSON, Entity, Event, EventError, EventId, HeaderValue, Headers, Payload, RESERVED_HEADERS,
 };
 use proptest::collection::{btree_map, vec};
 use proptest::prelude::*;
@@ -22,11 +21,7 @@ const CREATED_MS: i64 = 1_740_832_496_789;
 /// The time `ms` unix milliseconds from the epoch (negative: before 1970).
 fn at_ms(ms: i64) -> SystemTime {
     let d = Duration::from_millis(ms.unsigned_abs());
-    if ms >= 0 {
-        SystemTime::UNIX_EPOCH + d
-    } else {
-        SystemTime::UNIX_EPOCH - d
-    }
+    if ms >= 0 { SystemTime::UNIX_EPOCH + d } else { SystemTime::UNIX_EPOCH - d }
 }
 
 fn secret_body() -> Vec<u8> {
@@ -57,10 +52,7 @@ fn ordered_event() -> Event {
         id: EventId::new(),
         event_type: "order.placed".to_owned(),
         event_version: 3,
-        entity: Some(Entity {
-            key: "order-42".to_owned(),
-            seq: 7,
-        }),
+        entity: Some(Entity { key: "order-42".to_owned(), seq: 7 }),
         payload: Payload::new(secret_body(), CONTENT_TYPE_JSON),
         correlation_id: Some("req-7f3a".to_owned()),
         causation_id: Some("cmd-1".to_owned()),
@@ -110,10 +102,7 @@ fn event_at_the_limits_round_trips() {
     let event = Event {
         event_type: "t".repeat(255),
         event_version: u32::MAX,
-        entity: Some(Entity {
-            key: "k".repeat(255),
-            seq: i64::MAX as u64,
-        }),
+        entity: Some(Entity { key: "k".repeat(255), seq: i64::MAX as u64 }),
         payload: Payload::new(Vec::new(), "text/plain"),
         created_at: at_ms(-1),
         ..unordered_event()
@@ -175,10 +164,7 @@ fn unknown_and_broker_headers_pass_through_decode() {
         ("count".to_owned(), HeaderValue::Int(2)),
         ("reason".to_owned(), HeaderValue::from("rejected")),
         ("queue".to_owned(), HeaderValue::from("orders.q0")),
-        (
-            "routing-keys".to_owned(),
-            HeaderValue::List(vec![HeaderValue::from("order.placed")]),
-        ),
+        ("routing-keys".to_owned(), HeaderValue::List(vec![HeaderValue::from("order.placed")])),
     ]))]);
     let broker = [
         ("x-death", death),
@@ -203,10 +189,7 @@ fn unknown_and_broker_headers_pass_through_decode() {
         wire::HEADER_CAUSATION_ID,
         wire::HEADER_TRACEPARENT,
     ] {
-        assert!(
-            !decoded.headers.contains_key(name),
-            "{name} left in headers"
-        );
+        assert!(!decoded.headers.contains_key(name), "{name} left in headers");
     }
     assert_eq!(decoded.entity, event.entity);
 }
@@ -219,10 +202,7 @@ fn unknown_and_broker_headers_pass_through_decode() {
 fn decode_broken(breakage: impl FnOnce(&mut WireMessage)) -> DecodeError {
     let mut message = wire::encode(&ordered_event(), Some("orders"));
     let debug = format!("{message:?}");
-    assert!(
-        !debug.contains(SECRET),
-        "message Debug shows the body: {debug}"
-    );
+    assert!(!debug.contains(SECRET), "message Debug shows the body: {debug}");
     breakage(&mut message);
     let err = wire::decode(message).expect_err("must not decode");
     for text in [err.to_string(), format!("{err:?}"), err.code().to_owned()] {
@@ -251,10 +231,7 @@ fn assert_invalid_header(err: &DecodeError, header: &str) {
         "expected InvalidHeader({header}), got {err:?}"
     );
     assert_eq!(err.code(), "invalid_header");
-    assert!(
-        err.to_string().contains(header),
-        "{err} does not name {header}"
-    );
+    assert!(err.to_string().contains(header), "{err} does not name {header}");
 }
 
 #[test]
@@ -281,10 +258,7 @@ fn missing_type() {
 #[test]
 fn empty_type() {
     let err = decode_broken(|m| m.properties.kind = Some(String::new()));
-    assert_eq!(
-        err,
-        DecodeError::InvalidEventType(EventError::EmptyEventType)
-    );
+    assert_eq!(err, DecodeError::InvalidEventType(EventError::EmptyEventType));
     assert_eq!(err.code(), "invalid_type");
 }
 
@@ -292,11 +266,7 @@ fn empty_type() {
 fn type_with_whitespace() {
     for kind in ["order placed", "order.placed\n", "\torder"] {
         let err = decode_broken(|m| m.properties.kind = Some(kind.to_owned()));
-        assert_eq!(
-            err,
-            DecodeError::InvalidEventType(EventError::InvalidEventType),
-            "{kind:?}"
-        );
+        assert_eq!(err, DecodeError::InvalidEventType(EventError::InvalidEventType), "{kind:?}");
         assert_eq!(err.code(), "invalid_type");
     }
 }
@@ -304,10 +274,7 @@ fn type_with_whitespace() {
 #[test]
 fn type_too_long() {
     let err = decode_broken(|m| m.properties.kind = Some("t".repeat(256)));
-    assert_eq!(
-        err,
-        DecodeError::InvalidEventType(EventError::EventTypeTooLong { len: 256, max: 255 })
-    );
+    assert_eq!(err, DecodeError::InvalidEventType(EventError::EventTypeTooLong { len: 256, max: 255 }));
 }
 
 #[test]
@@ -427,10 +394,7 @@ fn causation_id_not_a_string() {
 
 #[test]
 fn traceparent_not_a_string() {
-    let err = decode_broken(set_header(
-        wire::HEADER_TRACEPARENT,
-        HeaderValue::Bytes(TRACEPARENT.as_bytes().to_vec()),
-    ));
+    let err = decode_broken(set_header(wire::HEADER_TRACEPARENT, HeaderValue::Bytes(TRACEPARENT.as_bytes().to_vec())));
     assert_invalid_header(&err, wire::HEADER_TRACEPARENT);
 }
 
@@ -441,11 +405,7 @@ fn errors_and_message_debug_never_show_the_body_or_header_values() {
     assert!(!format!("{message:?}").contains(SECRET));
     assert!(!format!("{message:#?}").contains(SECRET));
     // The offending value itself is not quoted either.
-    for header in [
-        wire::HEADER_EVENT_VERSION,
-        wire::HEADER_SEQ,
-        wire::HEADER_CREATED_AT_MS,
-    ] {
+    for header in [wire::HEADER_EVENT_VERSION, wire::HEADER_SEQ, wire::HEADER_CREATED_AT_MS] {
         decode_broken(set_header(header, SECRET));
     }
     decode_broken(|m| m.properties.message_id = Some(SECRET.to_owned()));
@@ -491,10 +451,7 @@ fn arb_event_type() -> impl Strategy<Value = String> {
 }
 
 fn arb_entity() -> impl Strategy<Value = Entity> {
-    let key = prop_oneof![
-        "[^\\p{Cc}]{1,255}".prop_map(|k| truncate_bytes(k, 255)),
-        "[ -~]{255}",
-    ];
+    let key = prop_oneof!["[^\\p{Cc}]{1,255}".prop_map(|k| truncate_bytes(k, 255)), "[ -~]{255}",];
     (key, 1..=i64::MAX as u64).prop_map(|(key, seq)| Entity { key, seq })
 }
 
@@ -576,10 +533,7 @@ fn arb_header_change() -> impl Strategy<Value = (String, Option<HeaderValue>)> {
         1 => "[^\\p{Cc}]{0,20}".prop_map(HeaderValue::String),
         1 => arb_broker_value(),
     ];
-    (
-        prop_oneof![3 => contract_name, 1 => "x-[a-z-]{1,12}"],
-        proptest::option::of(value),
-    )
+    (prop_oneof![3 => contract_name, 1 => "x-[a-z-]{1,12}"], proptest::option::of(value))
 }
 
 /// Arbitrary deliveries: a valid message with some properties replaced or dropped and some
@@ -598,23 +552,21 @@ fn arb_message() -> impl Strategy<Value = WireMessage> {
         proptest::option::weighted(0.5, proptest::option::of(any::<u64>())),
         vec(arb_header_change(), 0..4),
     )
-        .prop_map(
-            |(event, message_id, kind, content_type, timestamp, changes)| {
-                let mut m = wire::encode(&event, None);
-                let p = &mut m.properties;
-                p.message_id = message_id.unwrap_or(p.message_id.take());
-                p.kind = kind.unwrap_or(p.kind.take());
-                p.content_type = content_type.unwrap_or(p.content_type.take());
-                p.timestamp = timestamp.unwrap_or(p.timestamp);
-                for (name, value) in changes {
-                    match value {
-                        Some(value) => m.headers.insert(name, value),
-                        None => m.headers.remove(&name),
-                    };
-                }
-                m
-            },
-        )
+        .prop_map(|(event, message_id, kind, content_type, timestamp, changes)| {
+            let mut m = wire::encode(&event, None);
+            let p = &mut m.properties;
+            p.message_id = message_id.unwrap_or(p.message_id.take());
+            p.kind = kind.unwrap_or(p.kind.take());
+            p.content_type = content_type.unwrap_or(p.content_type.take());
+            p.timestamp = timestamp.unwrap_or(p.timestamp);
+            for (name, value) in changes {
+                match value {
+                    Some(value) => m.headers.insert(name, value),
+                    None => m.headers.remove(&name),
+                };
+            }
+            m
+        })
 }
 
 proptest! {

@@ -60,9 +60,7 @@ impl OutboxBuilder {
 
     /// Builds the outbox.
     pub fn build(self) -> Outbox {
-        Outbox {
-            limits: self.limits,
-        }
+        Outbox { limits: self.limits }
     }
 }
 
@@ -185,9 +183,7 @@ impl Outbox {
     {
         let events: Vec<NewEvent> = events.into_iter().collect();
         for (index, event) in events.iter().enumerate() {
-            event
-                .validate(&self.limits)
-                .map_err(|source| Error::InvalidBatchEvent { index, source })?;
+            event.validate(&self.limits).map_err(|source| Error::InvalidBatchEvent { index, source })?;
         }
         if events.is_empty() {
             return Ok(Vec::new());

@@ -65,24 +65,15 @@ impl std::fmt::Debug for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::InvalidEvent(e) => f.debug_tuple("InvalidEvent").field(e).finish(),
-            Self::InvalidBatchEvent { index, source } => f
-                .debug_struct("InvalidBatchEvent")
-                .field("index", index)
-                .field("source", source)
-                .finish(),
+            Self::InvalidBatchEvent { index, source } => {
+                f.debug_struct("InvalidBatchEvent").field("index", index).field("source", source).finish()
+            }
             Self::Database(e) => f.debug_tuple("Database").field(&RedactedSqlx(e)).finish(),
-            Self::Migrate(e) => f
-                .debug_tuple("Migrate")
-                .field(&format_args!("{e}"))
-                .finish(),
+            Self::Migrate(e) => f.debug_tuple("Migrate").field(&format_args!("{e}")).finish(),
             Self::InvalidConfig(what) => f.debug_tuple("InvalidConfig").field(what).finish(),
             Self::Crashed => f.write_str("Crashed"),
             Self::Stopped => f.write_str("Stopped"),
-            Self::CorruptRow { id, what } => f
-                .debug_struct("CorruptRow")
-                .field("id", id)
-                .field("what", what)
-                .finish(),
+            Self::CorruptRow { id, what } => f.debug_struct("CorruptRow").field("id", id).field("what", what).finish(),
         }
     }
 }

@@ -36,8 +36,8 @@ pub use migrate::{MIGRATIONS_TABLE, migrate, migrator};
 #[cfg(feature = "fail-points")]
 pub use relay::CrashPoint;
 pub use relay::{
-    AmqpPublisher, AmqpPublisherBuilder, BatchReport, ByEventType, Partitioned, Relay,
-    RelayBuilder, RelayHandle, RoutingStrategy, admin,
+    AmqpPublisher, AmqpPublisherBuilder, BatchReport, ByEventType, Partitioned, Relay, RelayBuilder, RelayHandle,
+    RoutingStrategy, admin,
 };
 
 /// The channel on which the outbox notifies the relay after a commit that enqueued events.

@@ -26,10 +26,7 @@ async fn business_table(pool: &PgPool) {
         .execute(pool)
         .await
         .expect("create orders");
-    sqlx::query("INSERT INTO orders (id) SELECT generate_series(1, 100)")
-        .execute(pool)
-        .await
-        .expect("seed orders");
+    sqlx::query("INSERT INTO orders (id) SELECT generate_series(1, 100)").execute(pool).await.expect("seed orders");
 }
 
 async fn stored(pool: &PgPool) -> Vec<(uuid::Uuid, Option<String>, Option<i64>)> {
@@ -58,41 +55,19 @@ async fn scenario_01_rollback_leaves_no_event_and_no_sequence_number() {
     let outbox = Outbox::new();
 
     let mut tx = pool.begin().await.expect("begin");
-    sqlx::query("UPDATE orders SET version = version + 1 WHERE id = 1")
-        .execute(&mut *tx)
-        .await
-        .expect("update");
-    outbox
-        .enqueue(&mut *tx, event(Some("order-1")))
-        .await
-        .expect("enqueue");
-    outbox
-        .enqueue(&mut *tx, event(None))
-        .await
-        .expect("enqueue unordered");
+    sqlx::query("UPDATE orders SET version = version + 1 WHERE id = 1").execute(&mut *tx).await.expect("update");
+    outbox.enqueue(&mut *tx, event(Some("order-1"))).await.expect("enqueue");
+    outbox.enqueue(&mut *tx, event(None)).await.expect("enqueue unordered");
     tx.rollback().await.expect("rollback");
 
-    assert!(
-        stored(pool).await.is_empty(),
-        "a rolled-back transaction left outbox rows"
-    );
-    assert_eq!(
-        last_seq(pool, "order-1").await,
-        None,
-        "a rolled-back transaction consumed a sequence number"
-    );
+    assert!(stored(pool).await.is_empty(), "a rolled-back transaction left outbox rows");
+    assert_eq!(last_seq(pool, "order-1").await, None, "a rolled-back transaction consumed a sequence number");
 
     // The next committed event of the entity gets number 1.
     let mut tx = pool.begin().await.expect("begin");
-    let id = outbox
-        .enqueue(&mut *tx, event(Some("order-1")))
-        .await
-        .expect("enqueue");
+    let id = outbox.enqueue(&mut *tx, event(Some("order-1"))).await.expect("enqueue");
     tx.commit().await.expect("commit");
-    assert_eq!(
-        stored(pool).await,
-        vec![(*id.as_uuid(), Some("order-1".to_owned()), Some(1))]
-    );
+    assert_eq!(stored(pool).await, vec![(*id.as_uuid(), Some("order-1".to_owned()), Some(1))]);
     db.close().await.expect("drop db");
 }
 
@@ -112,10 +87,7 @@ async fn concurrent_transactions_get_gapless_sequences_in_commit_order() {
         .execute(&pool)
         .await
         .expect("create");
-    sqlx::query("INSERT INTO commit_order VALUES (1, 0)")
-        .execute(&pool)
-        .await
-        .expect("seed");
+    sqlx::query("INSERT INTO commit_order VALUES (1, 0)").execute(&pool).await.expect("seed");
     let outbox = Arc::new(Outbox::new());
 
     for round in 0..4 {
@@ -131,28 +103,19 @@ async fn concurrent_transactions_get_gapless_sequences_in_commit_order() {
                 };
                 tokio::time::sleep(Duration::from_millis(pause_a)).await;
                 let mut tx = pool.begin().await.expect("begin");
-                let id = outbox
-                    .enqueue(&mut *tx, event(Some(&entity)))
-                    .await
-                    .expect("enqueue");
+                let id = outbox.enqueue(&mut *tx, event(Some(&entity))).await.expect("enqueue");
                 tokio::time::sleep(Duration::from_millis(pause_b)).await;
-                let position: i64 = sqlx::query_scalar(
-                    "UPDATE commit_order SET n = n + 1 WHERE id = 1 RETURNING n",
-                )
-                .fetch_one(&mut *tx)
-                .await
-                .expect("bump");
+                let position: i64 = sqlx::query_scalar("UPDATE commit_order SET n = n + 1 WHERE id = 1 RETURNING n")
+                    .fetch_one(&mut *tx)
+                    .await
+                    .expect("bump");
                 sqlx::query("INSERT INTO commits VALUES ($1, $2)")
                     .bind(id.as_uuid())
                     .bind(position)
                     .execute(&mut *tx)
                     .await
                     .expect("record");
-                if commit {
-                    tx.commit().await.expect("commit")
-                } else {
-                    tx.rollback().await.expect("rollback")
-                }
+                if commit { tx.commit().await.expect("commit") } else { tx.rollback().await.expect("rollback") }
             })
         });
         for t in tasks.collect::<Vec<_>>() {
@@ -168,17 +131,12 @@ async fn concurrent_transactions_get_gapless_sequences_in_commit_order() {
         .await
         .expect("select");
         let seqs: Vec<i64> = rows.iter().map(|r| r.0).collect();
-        assert_eq!(
-            seqs,
-            (1..=5).collect::<Vec<i64>>(),
-            "round {round}: sequences in commit order must be 1..5"
-        );
-        let total: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM outbox_events WHERE entity_key = $1")
-                .bind(&entity)
-                .fetch_one(&pool)
-                .await
-                .expect("count");
+        assert_eq!(seqs, (1..=5).collect::<Vec<i64>>(), "round {round}: sequences in commit order must be 1..5");
+        let total: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_events WHERE entity_key = $1")
+            .bind(&entity)
+            .fetch_one(&pool)
+            .await
+            .expect("count");
         assert_eq!(total, 5, "round {round}: only committed events exist");
         assert_eq!(last_seq(&pool, &entity).await, Some(5));
     }
@@ -192,22 +150,10 @@ async fn entities_have_independent_sequences_and_unordered_events_have_none() {
     let outbox = Outbox::new();
 
     let mut tx = pool.begin().await.expect("begin");
-    let a1 = outbox
-        .enqueue(&mut *tx, event(Some("a")))
-        .await
-        .expect("a1");
-    let b1 = outbox
-        .enqueue(&mut *tx, event(Some("b")))
-        .await
-        .expect("b1");
-    let a2 = outbox
-        .enqueue(&mut *tx, event(Some("a")))
-        .await
-        .expect("a2");
-    let u = outbox
-        .enqueue(&mut *tx, event(None))
-        .await
-        .expect("unordered");
+    let a1 = outbox.enqueue(&mut *tx, event(Some("a"))).await.expect("a1");
+    let b1 = outbox.enqueue(&mut *tx, event(Some("b"))).await.expect("b1");
+    let a2 = outbox.enqueue(&mut *tx, event(Some("a"))).await.expect("a2");
+    let u = outbox.enqueue(&mut *tx, event(None)).await.expect("unordered");
     tx.commit().await.expect("commit");
 
     let mut rows = stored(pool).await;
@@ -230,18 +176,9 @@ async fn enqueue_many_numbers_each_entity_in_order_in_one_statement() {
     let outbox = Outbox::new();
 
     let mut tx = pool.begin().await.expect("begin");
-    outbox
-        .enqueue(&mut *tx, event(Some("x")))
-        .await
-        .expect("x1 alone");
-    let batch = vec![
-        event(Some("x")),
-        event(Some("y")),
-        event(None),
-        event(Some("x")),
-        event(Some("y")),
-        event(Some("x")),
-    ];
+    outbox.enqueue(&mut *tx, event(Some("x"))).await.expect("x1 alone");
+    let batch =
+        vec![event(Some("x")), event(Some("y")), event(None), event(Some("x")), event(Some("y")), event(Some("x"))];
     let ids = outbox.enqueue_many(&mut *tx, batch).await.expect("batch");
     tx.commit().await.expect("commit");
 
@@ -266,45 +203,17 @@ async fn enqueue_many_numbers_each_entity_in_order_in_one_statement() {
         seq_of(&ids[5]).await,
     ];
     let s = |k: &str, n| (Some(k.to_owned()), Some(n));
-    assert_eq!(
-        got,
-        [
-            s("x", 2),
-            s("y", 1),
-            (None, None),
-            s("x", 3),
-            s("y", 2),
-            s("x", 4)
-        ]
-    );
+    assert_eq!(got, [s("x", 2), s("y", 1), (None, None), s("x", 3), s("y", 2), s("x", 4)]);
     assert_eq!(last_seq(pool, "x").await, Some(4));
     assert!(
-        outbox
-            .enqueue_many(&mut *pool.acquire().await.expect("conn"), Vec::new())
-            .await
-            .expect("empty")
-            .is_empty()
+        outbox.enqueue_many(&mut *pool.acquire().await.expect("conn"), Vec::new()).await.expect("empty").is_empty()
     );
 
     // One invalid event rejects the whole batch before any SQL.
     let mut tx = pool.begin().await.expect("begin");
-    let err = outbox
-        .enqueue_many(
-            &mut *tx,
-            vec![event(Some("x")), event(Some("x")).version(0)],
-        )
-        .await
-        .expect_err("invalid");
-    assert!(
-        matches!(
-            err,
-            Error::InvalidBatchEvent {
-                index: 1,
-                source: EventError::InvalidVersion
-            }
-        ),
-        "{err:?}"
-    );
+    let err =
+        outbox.enqueue_many(&mut *tx, vec![event(Some("x")), event(Some("x")).version(0)]).await.expect_err("invalid");
+    assert!(matches!(err, Error::InvalidBatchEvent { index: 1, source: EventError::InvalidVersion }), "{err:?}");
     tx.commit().await.expect("transaction still usable");
     assert_eq!(last_seq(pool, "x").await, Some(4));
     db.close().await.expect("drop db");
@@ -321,28 +230,15 @@ async fn invalid_events_are_rejected_before_any_sql() {
 
     type Case = (NewEvent, fn(&EventError) -> bool);
     let cases: Vec<Case> = vec![
-        (NewEvent::json("", &1).expect("json"), |e| {
-            matches!(e, EventError::EmptyEventType)
+        (NewEvent::json("", &1).expect("json"), |e| matches!(e, EventError::EmptyEventType)),
+        (NewEvent::json("t".repeat(256), &1).expect("json"), |e| matches!(e, EventError::EventTypeTooLong { .. })),
+        (event(Some(&"k".repeat(256))), |e| matches!(e, EventError::EntityKeyTooLong { len: 256, max: 255 })),
+        (NewEvent::new("t", Payload::new(SECRET.repeat(10), "text/plain")), |e| {
+            matches!(e, EventError::PayloadTooLarge { size: 200, max: 64 })
         }),
-        (NewEvent::json("t".repeat(256), &1).expect("json"), |e| {
-            matches!(e, EventError::EventTypeTooLong { .. })
-        }),
-        (event(Some(&"k".repeat(256))), |e| {
-            matches!(e, EventError::EntityKeyTooLong { len: 256, max: 255 })
-        }),
-        (
-            NewEvent::new("t", Payload::new(SECRET.repeat(10), "text/plain")),
-            |e| matches!(e, EventError::PayloadTooLarge { size: 200, max: 64 }),
-        ),
-        (event(None).header("x-seq", 7), |e| {
-            matches!(e, EventError::ReservedHeader { .. })
-        }),
-        (event(None).header("bad name", "v"), |e| {
-            matches!(e, EventError::InvalidHeaderName { .. })
-        }),
-        (event(None).version(0), |e| {
-            matches!(e, EventError::InvalidVersion)
-        }),
+        (event(None).header("x-seq", 7), |e| matches!(e, EventError::ReservedHeader { .. })),
+        (event(None).header("bad name", "v"), |e| matches!(e, EventError::InvalidHeaderName { .. })),
+        (event(None).version(0), |e| matches!(e, EventError::InvalidVersion)),
     ];
 
     // Another session holds the outbox tables exclusively; a statement from the test transaction
@@ -354,44 +250,25 @@ async fn invalid_events_are_rejected_before_any_sql() {
         .expect("lock");
 
     let mut tx = pool.begin().await.expect("begin");
-    sqlx::query("SET LOCAL lock_timeout = '200ms'")
-        .execute(&mut *tx)
-        .await
-        .expect("timeout");
-    sqlx::query("UPDATE orders SET version = 7 WHERE id = 5")
-        .execute(&mut *tx)
-        .await
-        .expect("business write");
+    sqlx::query("SET LOCAL lock_timeout = '200ms'").execute(&mut *tx).await.expect("timeout");
+    sqlx::query("UPDATE orders SET version = 7 WHERE id = 5").execute(&mut *tx).await.expect("business write");
     for (event, expected) in cases {
-        let err = outbox
-            .enqueue(&mut *tx, event)
-            .await
-            .expect_err("must be rejected");
+        let err = outbox.enqueue(&mut *tx, event).await.expect_err("must be rejected");
         match &err {
             Error::InvalidEvent(e) => assert!(expected(e), "wrong error {e:?}"),
             other => panic!("expected a validation error, got {other:?}"),
         }
         for text in [err.to_string(), format!("{err:?}")] {
-            assert!(
-                !text.contains(SECRET),
-                "the payload leaked into an error: {text}"
-            );
+            assert!(!text.contains(SECRET), "the payload leaked into an error: {text}");
         }
     }
-    let err = outbox
-        .enqueue_many(&mut *tx, vec![event(None), event(None).version(0)])
-        .await
-        .expect_err("batch");
+    let err = outbox.enqueue_many(&mut *tx, vec![event(None), event(None).version(0)]).await.expect_err("batch");
     assert!(matches!(err, Error::InvalidBatchEvent { index: 1, .. }));
-    tx.commit()
-        .await
-        .expect("the business transaction commits after rejected events");
+    tx.commit().await.expect("the business transaction commits after rejected events");
     blocker.rollback().await.expect("unlock");
 
-    let version: i64 = sqlx::query_scalar("SELECT version FROM orders WHERE id = 5")
-        .fetch_one(pool)
-        .await
-        .expect("read");
+    let version: i64 =
+        sqlx::query_scalar("SELECT version FROM orders WHERE id = 5").fetch_one(pool).await.expect("read");
     assert_eq!(version, 7, "the business write committed");
     assert!(stored(pool).await.is_empty());
     db.close().await.expect("drop db");
@@ -409,77 +286,60 @@ async fn database_errors_do_not_quote_the_payload() {
         .expect("alter");
     let outbox = Outbox::new();
     let mut conn = pool.acquire().await.expect("conn");
-    let err = outbox
-        .enqueue(&mut conn, event(Some("k")))
-        .await
-        .expect_err("check violation");
+    let err = outbox.enqueue(&mut conn, event(Some("k"))).await.expect_err("check violation");
     assert!(matches!(err, Error::Database(_)));
     let hex: String = SECRET.bytes().map(|b| format!("{b:02x}")).collect();
     for text in [err.to_string(), format!("{err:?}")] {
-        assert!(
-            !text.contains(SECRET) && !text.contains(&hex),
-            "the payload leaked into a database error: {text}"
-        );
+        assert!(!text.contains(SECRET) && !text.contains(&hex), "the payload leaked into a database error: {text}");
     }
-    assert!(
-        format!("{err:?}").contains("23514"),
-        "the SQLSTATE stays visible: {err:?}"
-    );
+    assert!(format!("{err:?}").contains("23514"), "the SQLSTATE stays visible: {err:?}");
 
     // A reused event id is a unique violation, reported without the payload either.
-    sqlx::query("ALTER TABLE outbox_events DROP CONSTRAINT tiny")
-        .execute(pool)
-        .await
-        .expect("alter");
+    sqlx::query("ALTER TABLE outbox_events DROP CONSTRAINT tiny").execute(pool).await.expect("alter");
     let e = event(None);
     outbox.enqueue(&mut conn, e.clone()).await.expect("first");
-    let err = outbox
-        .enqueue(&mut conn, e)
-        .await
-        .expect_err("duplicate id");
+    let err = outbox.enqueue(&mut conn, e).await.expect_err("duplicate id");
     assert!(!format!("{err:?}").contains(&hex) && !err.to_string().contains(SECRET));
     drop(conn);
     db.close().await.expect("drop db");
 }
 
-/// The relay is woken by a notification that arrives only when the enqueuing transaction commits.
+/// An idle relay is woken by a notification that arrives only when the enqueuing transaction
+/// commits; while no relay waits for one, commits do not notify (a notifying commit takes a
+/// server-wide lock).
 #[tokio::test]
-async fn notification_fires_only_at_commit() {
+async fn notification_fires_only_at_commit_and_only_for_a_waiting_relay() {
     let db = TestDb::new().await.expect("test db");
     let pool = db.pool();
-    let mut listener = sqlx::postgres::PgListener::connect_with(pool)
-        .await
-        .expect("listener");
-    listener
-        .listen(outbox_producer::NOTIFY_CHANNEL)
-        .await
-        .expect("listen");
+    let mut listener = sqlx::postgres::PgListener::connect_with(pool).await.expect("listener");
+    listener.listen(outbox_producer::NOTIFY_CHANNEL).await.expect("listen");
     let outbox = Outbox::new();
 
     let mut tx = pool.begin().await.expect("begin");
-    outbox
-        .enqueue(&mut *tx, event(Some("n")))
-        .await
-        .expect("enqueue");
+    outbox.enqueue(&mut *tx, event(None)).await.expect("enqueue");
+    tx.commit().await.expect("commit");
     assert!(
-        tokio::time::timeout(Duration::from_millis(300), listener.recv())
-            .await
-            .is_err(),
-        "notified before commit"
+        tokio::time::timeout(Duration::from_millis(300), listener.recv()).await.is_err(),
+        "notified although no relay was waiting"
     );
+
+    // A relay registers as waiting (as `Relay` does after lingering).
+    sqlx::query("INSERT INTO outbox_relay_listeners VALUES ('test-relay', now() + interval '1 minute')")
+        .execute(pool)
+        .await
+        .expect("register");
+
+    let mut tx = pool.begin().await.expect("begin");
+    outbox.enqueue(&mut *tx, event(Some("n"))).await.expect("enqueue");
+    assert!(tokio::time::timeout(Duration::from_millis(300), listener.recv()).await.is_err(), "notified before commit");
     tx.rollback().await.expect("rollback");
     assert!(
-        tokio::time::timeout(Duration::from_millis(300), listener.recv())
-            .await
-            .is_err(),
+        tokio::time::timeout(Duration::from_millis(300), listener.recv()).await.is_err(),
         "notified for a rolled-back transaction"
     );
 
     let mut tx = pool.begin().await.expect("begin");
-    outbox
-        .enqueue_many(&mut *tx, (0..10).map(|_| event(None)))
-        .await
-        .expect("enqueue");
+    outbox.enqueue_many(&mut *tx, (0..10).map(|_| event(None))).await.expect("enqueue");
     tx.commit().await.expect("commit");
     let n = tokio::time::timeout(Duration::from_secs(5), listener.recv())
         .await

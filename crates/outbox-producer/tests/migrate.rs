@@ -5,12 +5,10 @@ use outbox_testkit::TestDb;
 use sqlx::migrate::Migrator;
 
 async fn tables(pool: &sqlx::PgPool) -> Vec<String> {
-    sqlx::query_scalar(
-        "SELECT tablename::text FROM pg_tables WHERE schemaname = 'public' ORDER BY 1",
-    )
-    .fetch_all(pool)
-    .await
-    .expect("tables")
+    sqlx::query_scalar("SELECT tablename::text FROM pg_tables WHERE schemaname = 'public' ORDER BY 1")
+        .fetch_all(pool)
+        .await
+        .expect("tables")
 }
 
 #[tokio::test]
@@ -19,25 +17,14 @@ async fn outbox_and_inbox_migrations_do_not_collide_with_the_host_application() 
     let pool = db.pool();
 
     // The host application has its own migrations, tracked in sqlx's default `_sqlx_migrations`.
-    let dir = std::env::temp_dir().join(format!(
-        "host-migrations-{}",
-        outbox_testkit::unique_suffix()
-    ));
+    let dir = std::env::temp_dir().join(format!("host-migrations-{}", outbox_testkit::unique_suffix()));
     std::fs::create_dir_all(&dir).expect("mkdir");
-    std::fs::write(
-        dir.join("1_orders.sql"),
-        "CREATE TABLE orders (id bigint PRIMARY KEY);",
-    )
-    .expect("write");
+    std::fs::write(dir.join("1_orders.sql"), "CREATE TABLE orders (id bigint PRIMARY KEY);").expect("write");
     let host = Migrator::new(dir.as_path()).await.expect("host migrator");
     host.run(pool).await.expect("host migrations");
 
-    outbox_producer::migrate(pool)
-        .await
-        .expect("outbox migrations");
-    outbox_consumer::migrate(pool)
-        .await
-        .expect("inbox migrations");
+    outbox_producer::migrate(pool).await.expect("outbox migrations");
+    outbox_consumer::migrate(pool).await.expect("inbox migrations");
     // Running everything again is a no-op, in any order: no "previously applied but missing" errors.
     host.run(pool).await.expect("host migrations again");
     outbox_producer::migrate(pool).await.expect("outbox again");
@@ -56,24 +43,14 @@ async fn outbox_and_inbox_migrations_do_not_collide_with_the_host_application() 
     ] {
         assert!(all.iter().any(|x| x == t), "missing table {t} in {all:?}");
     }
-    let host_versions: Vec<i64> =
-        sqlx::query_scalar("SELECT version FROM _sqlx_migrations ORDER BY 1")
-            .fetch_all(pool)
-            .await
-            .expect("host history");
-    assert_eq!(
-        host_versions,
-        vec![1],
-        "the host's history holds only its own migration"
-    );
-    let outbox_versions: i64 = sqlx::query_scalar("SELECT count(*) FROM _outbox_migrations")
-        .fetch_one(pool)
+    let host_versions: Vec<i64> = sqlx::query_scalar("SELECT version FROM _sqlx_migrations ORDER BY 1")
+        .fetch_all(pool)
         .await
-        .expect("outbox history");
-    assert_eq!(
-        outbox_versions,
-        i64::try_from(outbox_producer::migrator().iter().count()).expect("count")
-    );
+        .expect("host history");
+    assert_eq!(host_versions, vec![1], "the host's history holds only its own migration");
+    let outbox_versions: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM _outbox_migrations").fetch_one(pool).await.expect("outbox history");
+    assert_eq!(outbox_versions, i64::try_from(outbox_producer::migrator().iter().count()).expect("count"));
 
     std::fs::remove_dir_all(&dir).expect("rmdir");
     db.close().await.expect("drop db");
@@ -95,22 +72,14 @@ async fn hot_queries_use_indexes() {
     .execute(pool)
     .await
     .expect("fill");
-    sqlx::query("ANALYZE outbox_events")
-        .execute(pool)
-        .await
-        .expect("analyze");
+    sqlx::query("ANALYZE outbox_events").execute(pool).await.expect("analyze");
     let plan = |sql: &'static str| async move {
-        let lines: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("EXPLAIN {sql}")))
-            .fetch_all(pool)
-            .await
-            .expect("explain");
+        let lines: Vec<String> =
+            sqlx::query_scalar(sqlx::AssertSqlSafe(format!("EXPLAIN {sql}"))).fetch_all(pool).await.expect("explain");
         lines.join("\n")
     };
     let due = plan("SELECT id FROM outbox_events WHERE status = 'pending' AND next_attempt_at <= now() ORDER BY next_attempt_at, id LIMIT 100").await;
-    assert!(
-        due.contains("outbox_events_due") && !due.contains("Seq Scan"),
-        "{due}"
-    );
+    assert!(due.contains("outbox_events_due") && !due.contains("Seq Scan"), "{due}");
     let pred = plan("SELECT status FROM outbox_events WHERE entity_key = 'e7' AND seq = 40").await;
     assert!(pred.contains("outbox_events_entity_seq"), "{pred}");
     db.close().await.expect("drop db");

@@ -18,11 +18,7 @@ async fn enqueue_one(pool: &PgPool, outbox: &Outbox, event: NewEvent) -> Uuid {
 }
 
 fn ev(event_type: &str, entity: &str, bytes: usize) -> NewEvent {
-    NewEvent::new(
-        event_type,
-        Payload::new(vec![b'x'; bytes], "application/octet-stream"),
-    )
-    .entity(entity)
+    NewEvent::new(event_type, Payload::new(vec![b'x'; bytes], "application/octet-stream")).entity(entity)
 }
 
 async fn status_of(pool: &PgPool, id: Uuid) -> (String, Option<String>, Option<String>) {
@@ -34,12 +30,7 @@ async fn status_of(pool: &PgPool, id: Uuid) -> (String, Option<String>, Option<S
 }
 
 fn seqs_of(recorder: &Recorder, entity: &str) -> Vec<i64> {
-    recorder
-        .records()
-        .into_iter()
-        .filter(|r| r.entity.as_deref() == Some(entity))
-        .filter_map(|r| r.seq)
-        .collect()
+    recorder.records().into_iter().filter(|r| r.entity.as_deref() == Some(entity)).filter_map(|r| r.seq).collect()
 }
 
 #[tokio::test]
@@ -47,15 +38,9 @@ async fn scenario_07_rejected_and_unroutable_events_are_quarantined_while_others
     let db = TestDb::new().await.expect("db");
     let pool = db.pool();
     let broker = TestBroker::new().await.expect("broker");
-    let exchange = broker
-        .declare_exchange("events", lapin::ExchangeKind::Topic)
-        .await
-        .expect("exchange");
+    let exchange = broker.declare_exchange("events", lapin::ExchangeKind::Topic).await.expect("exchange");
     let queue = broker.declare_queue("orders").await.expect("queue");
-    broker
-        .bind(&queue, &exchange, "order.*")
-        .await
-        .expect("bind"); // nothing routes `audit.*`
+    broker.bind(&queue, &exchange, "order.*").await.expect("bind"); // nothing routes `audit.*`
     let recorder = Recorder::start(&queue).await.expect("recorder");
     let outbox = Outbox::new();
 
@@ -72,9 +57,7 @@ async fn scenario_07_rejected_and_unroutable_events_are_quarantined_while_others
     }
 
     // The broker accepts at most 4 KiB in this test; the 8 KiB event can never go.
-    let publisher = AmqpPublisher::builder(outbox_testkit::amqp_url())
-        .max_message_bytes(4 * 1024)
-        .build();
+    let publisher = AmqpPublisher::builder(outbox_testkit::amqp_url()).max_message_bytes(4 * 1024).build();
     let relay = outbox_producer::Relay::builder(pool.clone(), publisher)
         .exchange(&exchange)
         .declare_exchange(false)
@@ -85,43 +68,22 @@ async fn scenario_07_rejected_and_unroutable_events_are_quarantined_while_others
         .expect("relay");
     let handle = relay.spawn();
 
-    recorder
-        .wait_for_count(5, Duration::from_secs(10))
-        .await
-        .expect("entity C flows");
-    wait_for(
-        "two quarantined events",
-        Duration::from_secs(10),
-        || async { (admin::list_quarantined(pool, 10).await.ok()?.len() == 2).then_some(()) },
-    )
+    recorder.wait_for_count(5, Duration::from_secs(10)).await.expect("entity C flows");
+    wait_for("two quarantined events", Duration::from_secs(10), || async {
+        (admin::list_quarantined(pool, 10).await.ok()?.len() == 2).then_some(())
+    })
     .await
     .expect("quarantined");
     assert_eq!(seqs_of(&recorder, "C"), vec![1, 2, 3, 4, 5]);
 
     let (status, kind, reason) = status_of(pool, too_big).await;
-    assert_eq!(
-        (status.as_str(), kind.as_deref()),
-        ("quarantined", Some("rejected"))
-    );
-    assert!(
-        reason.as_deref().is_some_and(|r| r.contains("8192 bytes")),
-        "{reason:?}"
-    );
+    assert_eq!((status.as_str(), kind.as_deref()), ("quarantined", Some("rejected")));
+    assert!(reason.as_deref().is_some_and(|r| r.contains("8192 bytes")), "{reason:?}");
     let (status, kind, reason) = status_of(pool, unroutable).await;
-    assert_eq!(
-        (status.as_str(), kind.as_deref()),
-        ("quarantined", Some("rejected"))
-    );
-    assert!(
-        reason.as_deref().is_some_and(|r| r.contains("312")),
-        "NO_ROUTE reply code expected: {reason:?}"
-    );
+    assert_eq!((status.as_str(), kind.as_deref()), ("quarantined", Some("rejected")));
+    assert!(reason.as_deref().is_some_and(|r| r.contains("312")), "NO_ROUTE reply code expected: {reason:?}");
     let listed = admin::list_quarantined(pool, 10).await.expect("list");
-    assert!(
-        listed
-            .iter()
-            .all(|q| q.last_error_kind == Some(FailureKind::Rejected) && q.attempts == 1)
-    );
+    assert!(listed.iter().all(|q| q.last_error_kind == Some(FailureKind::Rejected) && q.attempts == 1));
 
     // Their entities' later events wait: nothing of A or B arrived.
     let pending_later = a_later.iter().chain([&b_later]);
@@ -132,45 +94,16 @@ async fn scenario_07_rejected_and_unroutable_events_are_quarantined_while_others
 
     // Skip the oversized one: A's later events flow. Fix the routing and retry the unroutable one:
     // it goes out with the same id, then B's next event.
-    assert!(
-        admin::skip(pool, EventId::from_uuid(too_big))
-            .await
-            .expect("skip")
-    );
-    broker
-        .bind(&queue, &exchange, "audit.*")
-        .await
-        .expect("bind audit");
-    assert!(
-        admin::retry(pool, EventId::from_uuid(unroutable))
-            .await
-            .expect("retry")
-    );
-    assert!(
-        !admin::retry(pool, EventId::from_uuid(unroutable))
-            .await
-            .expect("retry twice"),
-        "no longer quarantined"
-    );
+    assert!(admin::skip(pool, EventId::from_uuid(too_big)).await.expect("skip"));
+    broker.bind(&queue, &exchange, "audit.*").await.expect("bind audit");
+    assert!(admin::retry(pool, EventId::from_uuid(unroutable)).await.expect("retry"));
+    assert!(!admin::retry(pool, EventId::from_uuid(unroutable)).await.expect("retry twice"), "no longer quarantined");
 
-    recorder
-        .wait_for_count(9, Duration::from_secs(10))
-        .await
-        .expect("A and B flow again");
+    recorder.wait_for_count(9, Duration::from_secs(10)).await.expect("A and B flow again");
     handle.shutdown().await.expect("shutdown");
-    assert_eq!(
-        seqs_of(&recorder, "A"),
-        vec![2, 3],
-        "A continues after the skipped 1"
-    );
-    assert_eq!(
-        seqs_of(&recorder, "B"),
-        vec![1, 2],
-        "B's retried event keeps its place"
-    );
-    recorder
-        .all_delivered([unroutable, b_later].into_iter().chain(a_later).chain(c))
-        .expect("all delivered");
+    assert_eq!(seqs_of(&recorder, "A"), vec![2, 3], "A continues after the skipped 1");
+    assert_eq!(seqs_of(&recorder, "B"), vec![1, 2], "B's retried event keeps its place");
+    recorder.all_delivered([unroutable, b_later].into_iter().chain(a_later).chain(c)).expect("all delivered");
     assert!(!recorder.ids().contains(&too_big));
     assert_eq!(status_of(pool, too_big).await.0, "skipped");
     assert!(recorder.duplicates().is_empty());
@@ -188,23 +121,16 @@ async fn message_over_the_brokers_size_limit_is_quarantined_by_the_broker_answer
     let db = TestDb::new().await.expect("db");
     let pool = db.pool();
     let broker = TestBroker::new().await.expect("broker");
-    let exchange = broker
-        .declare_exchange("events", lapin::ExchangeKind::Topic)
-        .await
-        .expect("exchange");
+    let exchange = broker.declare_exchange("events", lapin::ExchangeKind::Topic).await.expect("exchange");
     let queue = broker.declare_queue("all").await.expect("queue");
     broker.bind(&queue, &exchange, "#").await.expect("bind");
     let recorder = Recorder::start(&queue).await.expect("recorder");
-    let outbox = Outbox::builder()
-        .max_payload_bytes(200 * 1024 * 1024)
-        .build();
+    let outbox = Outbox::builder().max_payload_bytes(200 * 1024 * 1024).build();
 
     let small = enqueue_one(pool, &outbox, ev("order.changed", "S", 10)).await;
     let huge = enqueue_one(pool, &outbox, ev("order.changed", "H", 129 * 1024 * 1024)).await;
     // No client-side limit: the broker must answer.
-    let publisher = AmqpPublisher::builder(outbox_testkit::amqp_url())
-        .max_message_bytes(usize::MAX)
-        .build();
+    let publisher = AmqpPublisher::builder(outbox_testkit::amqp_url()).max_message_bytes(usize::MAX).build();
     let policy = outbox_core::RetryPolicy::default().initial_delay(Duration::from_millis(100));
     let handle = outbox_producer::Relay::builder(pool.clone(), publisher)
         .exchange(&exchange)
@@ -217,25 +143,17 @@ async fn message_over_the_brokers_size_limit_is_quarantined_by_the_broker_answer
         .expect("relay")
         .spawn();
 
-    wait_for(
-        "the huge event quarantined",
-        Duration::from_secs(60),
-        || async { (status_of(pool, huge).await.0 == "quarantined").then_some(()) },
-    )
+    wait_for("the huge event quarantined", Duration::from_secs(60), || async {
+        (status_of(pool, huge).await.0 == "quarantined").then_some(())
+    })
     .await
     .expect("quarantined");
-    recorder
-        .wait_for_count(1, Duration::from_secs(20))
-        .await
-        .expect("the small event is delivered");
+    recorder.wait_for_count(1, Duration::from_secs(20)).await.expect("the small event is delivered");
     handle.shutdown().await.expect("shutdown");
 
     let (_, kind, reason) = status_of(pool, huge).await;
     assert_eq!(kind.as_deref(), Some("rejected"));
-    assert!(
-        reason.as_deref().is_some_and(|r| r.contains("max size")),
-        "{reason:?}"
-    );
+    assert!(reason.as_deref().is_some_and(|r| r.contains("max size")), "{reason:?}");
     assert_eq!(status_of(pool, small).await.0, "published");
     assert_eq!(recorder.ids(), [small].into_iter().collect());
 

@@ -13,21 +13,12 @@ async fn publishes_every_committed_event_in_entity_order() {
     let ids = enqueue(env.pool(), 10, 10, 20).await;
     let handle = env.relay().build().expect("relay").spawn();
 
-    env.recorder
-        .wait_for_count(ids.len(), Duration::from_secs(20))
-        .await
-        .expect("all delivered");
+    env.recorder.wait_for_count(ids.len(), Duration::from_secs(20)).await.expect("all delivered");
     wait_all_published(env.pool(), ids.len() as i64, Duration::from_secs(10)).await;
     handle.shutdown().await.expect("graceful shutdown");
 
-    env.recorder
-        .all_delivered(ids.iter().copied())
-        .expect("nothing lost");
-    assert!(
-        env.recorder.duplicates().is_empty(),
-        "duplicates without any crash: {:?}",
-        env.recorder.duplicates()
-    );
+    env.recorder.all_delivered(ids.iter().copied()).expect("nothing lost");
+    assert!(env.recorder.duplicates().is_empty(), "duplicates without any crash: {:?}", env.recorder.duplicates());
     env.recorder.in_entity_order().expect("per-entity order");
     assert_eq!(env.recorder.count(), 120);
     env.close().await;
@@ -47,22 +38,18 @@ async fn scenario_02_broker_down_event_waits_then_goes_out() {
     let env = Env::new().await;
     let ids = enqueue(env.pool(), 3, 2, 1).await;
     let down = outbox_producer::AmqpPublisher::builder(closed_port_url()).build();
-    let policy = outbox_core::RetryPolicy::default()
-        .initial_delay(Duration::from_millis(300))
-        .max_delay(Duration::from_secs(1));
-    let handle = env
-        .relay_with(down)
-        .retry_policy(policy)
-        .build()
-        .expect("relay")
-        .spawn();
+    let policy =
+        outbox_core::RetryPolicy::default().initial_delay(Duration::from_millis(300)).max_delay(Duration::from_secs(1));
+    let handle = env.relay_with(down).retry_policy(policy).build().expect("relay").spawn();
 
     // The heads of the three entities and the unordered event were attempted and failed.
     outbox_testkit::wait_for("failed attempts recorded", Duration::from_secs(10), || async {
-        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_events WHERE attempts > 0 AND last_error_kind = 'transient'")
-            .fetch_one(env.pool())
-            .await
-            .ok()?;
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM outbox_events WHERE attempts > 0 AND last_error_kind = 'transient'",
+        )
+        .fetch_one(env.pool())
+        .await
+        .ok()?;
         (n >= 4).then_some(())
     })
     .await
@@ -76,73 +63,53 @@ async fn scenario_02_broker_down_event_waits_then_goes_out() {
     .expect("row");
     assert!(attempts >= 1 && next_in_future, "attempts {attempts}");
     assert!(error.contains("cannot connect"), "{error}");
-    assert!(
-        !error.contains("guest"),
-        "credentials leaked into the recorded error: {error}"
-    );
+    assert!(!error.contains("guest"), "credentials leaked into the recorded error: {error}");
     assert_eq!(count_status(env.pool(), "published").await, 0);
     assert_eq!(count_status(env.pool(), "quarantined").await, 0);
     assert_eq!(env.recorder.count(), 0);
 
     // The broker is reachable again: everything goes out, in order.
-    let handle = env
-        .relay()
-        .retry_policy(policy)
-        .build()
-        .expect("relay")
-        .spawn();
-    env.recorder
-        .wait_for_count(ids.len(), Duration::from_secs(20))
-        .await
-        .expect("delivered after recovery");
+    let handle = env.relay().retry_policy(policy).build().expect("relay").spawn();
+    env.recorder.wait_for_count(ids.len(), Duration::from_secs(20)).await.expect("delivered after recovery");
     wait_all_published(env.pool(), ids.len() as i64, Duration::from_secs(10)).await;
     handle.shutdown().await.expect("shutdown");
-    env.recorder
-        .all_delivered(ids.iter().copied())
-        .expect("nothing lost");
+    env.recorder.all_delivered(ids.iter().copied()).expect("nothing lost");
     env.recorder.in_entity_order().expect("order");
     assert!(env.recorder.duplicates().is_empty());
     env.close().await;
 }
 
 /// Scenario 3: the relay dies right after claiming, before publishing; another relay takes the
-/// rows over when the lease expires and publishes everything exactly once.
+/// rows over when the lease expires (even though their successors crowd the front of the queue)
+/// and publishes everything exactly once.
 #[tokio::test]
 async fn scenario_03_relay_dies_before_publishing() {
     let env = Env::new().await;
-    let ids = enqueue(env.pool(), 5, 4, 5).await;
+    // The dead relay holds the heads of 50 entities; their 39 successors each were committed
+    // earlier than the heads' lease expiry, so they crowd the front of the due index.
+    let ids = enqueue(env.pool(), 50, 40, 5).await;
     let crashed = env
         .relay()
+        .batch_size(55)
+        .confirm_window(55)
         .crash_at(outbox_producer::CrashPoint::AfterClaim)
         .build()
         .expect("relay")
         .spawn();
-    let err = crashed
-        .join()
-        .await
-        .expect_err("stopped at the crash point");
+    let err = crashed.join().await.expect_err("stopped at the crash point");
     assert!(matches!(err, outbox_producer::Error::Crashed));
-    let leased: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM outbox_events WHERE lease_owner IS NOT NULL")
-            .fetch_one(env.pool())
-            .await
-            .expect("count");
+    let leased: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_events WHERE lease_owner IS NOT NULL")
+        .fetch_one(env.pool())
+        .await
+        .expect("count");
     assert!(leased > 0, "the dead relay held claims");
 
     let handle = env.relay().build().expect("relay").spawn();
-    env.recorder
-        .wait_for_count(ids.len(), Duration::from_secs(30))
-        .await
-        .expect("all delivered");
+    env.recorder.wait_for_count(ids.len(), Duration::from_secs(30)).await.expect("all delivered");
     wait_all_published(env.pool(), ids.len() as i64, Duration::from_secs(10)).await;
     handle.shutdown().await.expect("shutdown");
-    env.recorder
-        .all_delivered(ids.iter().copied())
-        .expect("nothing lost");
-    assert!(
-        env.recorder.duplicates().is_empty(),
-        "nothing was published before the crash"
-    );
+    env.recorder.all_delivered(ids.iter().copied()).expect("nothing lost");
+    assert!(env.recorder.duplicates().is_empty(), "nothing was published before the crash");
     env.recorder.in_entity_order().expect("order");
     env.close().await;
 }
@@ -161,37 +128,20 @@ async fn scenario_04_relay_dies_after_confirm_before_mark() {
         .build()
         .expect("relay")
         .spawn();
-    assert!(matches!(
-        crashed.join().await,
-        Err(outbox_producer::Error::Crashed)
-    ));
-    env.recorder
-        .wait_for_count(6, Duration::from_secs(10))
-        .await
-        .expect("first batch reached the broker");
+    assert!(matches!(crashed.join().await, Err(outbox_producer::Error::Crashed)));
+    env.recorder.wait_for_count(6, Duration::from_secs(10)).await.expect("first batch reached the broker");
     let first: std::collections::HashSet<_> = env.recorder.ids();
-    assert_eq!(
-        count_status(env.pool(), "published").await,
-        0,
-        "nothing was marked"
-    );
+    assert_eq!(count_status(env.pool(), "published").await, 0, "nothing was marked");
 
     let handle = env.relay().build().expect("relay").spawn();
-    env.recorder
-        .wait_for_count(ids.len() + first.len(), Duration::from_secs(30))
-        .await
-        .expect("all delivered");
+    env.recorder.wait_for_count(ids.len() + first.len(), Duration::from_secs(30)).await.expect("all delivered");
     wait_all_published(env.pool(), ids.len() as i64, Duration::from_secs(10)).await;
     handle.shutdown().await.expect("shutdown");
 
-    env.recorder
-        .all_delivered(ids.iter().copied())
-        .expect("nothing lost");
+    env.recorder.all_delivered(ids.iter().copied()).expect("nothing lost");
     let dups = env.recorder.duplicates();
     assert_eq!(
-        dups.keys()
-            .copied()
-            .collect::<std::collections::HashSet<_>>(),
+        dups.keys().copied().collect::<std::collections::HashSet<_>>(),
         first,
         "exactly the unmarked batch is republished"
     );
@@ -217,25 +167,18 @@ async fn three_relays_share_20000_events_over_500_entities() {
                 .spawn()
         })
         .collect();
-    env.recorder
-        .wait_for_count(ids.len(), Duration::from_secs(120))
-        .await
-        .expect("all delivered");
+    env.recorder.wait_for_count(ids.len(), Duration::from_secs(120)).await.expect("all delivered");
     wait_all_published(env.pool(), ids.len() as i64, Duration::from_secs(20)).await;
     for r in relays {
         r.shutdown().await.expect("shutdown");
     }
-    env.recorder
-        .all_delivered(ids.iter().copied())
-        .expect("nothing lost");
+    env.recorder.all_delivered(ids.iter().copied()).expect("nothing lost");
     assert!(
         env.recorder.duplicates().is_empty(),
         "published twice without a crash: {}",
         env.recorder.duplicates().len()
     );
-    env.recorder
-        .in_entity_order()
-        .expect("per-entity order across relays");
+    env.recorder.in_entity_order().expect("per-entity order across relays");
     env.close().await;
 }
 
@@ -246,26 +189,15 @@ async fn transaction_that_commits_late_is_published() {
     let env = Env::new().await;
     let outbox = outbox_producer::Outbox::new();
     let mut late = env.pool().begin().await.expect("begin");
-    let late_id = outbox
-        .enqueue(&mut *late, support::event(None))
-        .await
-        .expect("enqueue early");
+    let late_id = outbox.enqueue(&mut *late, support::event(None)).await.expect("enqueue early");
 
     let handle = env.relay().build().expect("relay").spawn();
     let later = enqueue(env.pool(), 0, 1, 20).await;
-    env.recorder
-        .wait_for_count(20, Duration::from_secs(10))
-        .await
-        .expect("later events published first");
+    env.recorder.wait_for_count(20, Duration::from_secs(10)).await.expect("later events published first");
     late.commit().await.expect("late commit");
-    env.recorder
-        .wait_for_count(21, Duration::from_secs(10))
-        .await
-        .expect("the late event is published too");
+    env.recorder.wait_for_count(21, Duration::from_secs(10)).await.expect("the late event is published too");
     handle.shutdown().await.expect("shutdown");
-    env.recorder
-        .all_delivered(later.into_iter().chain([*late_id.as_uuid()]))
-        .expect("nothing lost");
+    env.recorder.all_delivered(later.into_iter().chain([*late_id.as_uuid()])).expect("nothing lost");
     env.close().await;
 }
 
@@ -275,15 +207,10 @@ async fn scenario_08_backlog_of_50000_drains_in_order() {
     let env = Env::new().await;
     let ids = enqueue(env.pool(), 1000, 50, 0).await;
     let handle = env.relay().build().expect("relay").spawn();
-    env.recorder
-        .wait_for_count(ids.len(), Duration::from_secs(240))
-        .await
-        .expect("backlog drained");
+    env.recorder.wait_for_count(ids.len(), Duration::from_secs(240)).await.expect("backlog drained");
     wait_all_published(env.pool(), ids.len() as i64, Duration::from_secs(20)).await;
     handle.shutdown().await.expect("shutdown");
-    env.recorder
-        .all_delivered(ids.iter().copied())
-        .expect("nothing lost");
+    env.recorder.all_delivered(ids.iter().copied()).expect("nothing lost");
     assert!(env.recorder.duplicates().is_empty());
     env.recorder.in_entity_order().expect("order");
     env.close().await;
@@ -293,25 +220,14 @@ async fn scenario_08_backlog_of_50000_drains_in_order() {
 #[tokio::test]
 async fn notification_wakes_an_idle_relay_without_waiting_for_the_poll() {
     let env = Env::new().await;
-    let handle = env
-        .relay()
-        .poll_interval(Duration::from_secs(60))
-        .build()
-        .expect("relay")
-        .spawn();
+    let handle = env.relay().poll_interval(Duration::from_secs(60)).build().expect("relay").spawn();
     let outbox = outbox_producer::Outbox::new();
     for i in 1..=5 {
         let started = std::time::Instant::now();
         let mut tx = env.pool().begin().await.expect("begin");
-        outbox
-            .enqueue(&mut *tx, support::event(Some("k")))
-            .await
-            .expect("enqueue");
+        outbox.enqueue(&mut *tx, support::event(Some("k"))).await.expect("enqueue");
         tx.commit().await.expect("commit");
-        env.recorder
-            .wait_for_count(i, Duration::from_secs(10))
-            .await
-            .expect("delivered");
+        env.recorder.wait_for_count(i, Duration::from_secs(10)).await.expect("delivered");
         let waited = started.elapsed();
         assert!(
             waited < Duration::from_secs(5),

@@ -1,8 +1,7 @@
 use std::sync::Mutex;
 
 use lapin::options::{
-    ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions,
-    QueueDeleteOptions,
+    ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions,
 };
 use lapin::types::FieldTable;
 use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
@@ -43,9 +42,7 @@ pub struct TestBroker {
 
 impl std::fmt::Debug for TestBroker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TestBroker")
-            .field("suffix", &self.suffix)
-            .finish_non_exhaustive()
+        f.debug_struct("TestBroker").field("suffix", &self.suffix).finish_non_exhaustive()
     }
 }
 
@@ -91,13 +88,8 @@ impl TestBroker {
     pub async fn declare_exchange(&self, base: &str, kind: ExchangeKind) -> Result<String> {
         let name = self.name(base);
         self.remember_exchange(&name);
-        let options = ExchangeDeclareOptions {
-            durable: true,
-            ..ExchangeDeclareOptions::default()
-        };
-        self.channel
-            .exchange_declare(name.as_str().into(), kind, options, FieldTable::default())
-            .await?;
+        let options = ExchangeDeclareOptions { durable: true, ..ExchangeDeclareOptions::default() };
+        self.channel.exchange_declare(name.as_str().into(), kind, options, FieldTable::default()).await?;
         Ok(name)
     }
 
@@ -116,13 +108,8 @@ impl TestBroker {
     pub async fn declare_queue_with(&self, base: &str, arguments: FieldTable) -> Result<String> {
         let name = self.name(base);
         self.remember_queue(&name);
-        let options = QueueDeclareOptions {
-            durable: true,
-            ..QueueDeclareOptions::default()
-        };
-        self.channel
-            .queue_declare(name.as_str().into(), options, arguments)
-            .await?;
+        let options = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
+        self.channel.queue_declare(name.as_str().into(), options, arguments).await?;
         Ok(name)
     }
 
@@ -170,16 +157,8 @@ impl TestBroker {
     }
 
     fn take_names(&self) -> (Vec<String>, Vec<String>) {
-        let queues = self
-            .queues
-            .lock()
-            .map(|mut q| std::mem::take(&mut *q))
-            .unwrap_or_default();
-        let exchanges = self
-            .exchanges
-            .lock()
-            .map(|mut e| std::mem::take(&mut *e))
-            .unwrap_or_default();
+        let queues = self.queues.lock().map(|mut q| std::mem::take(&mut *q)).unwrap_or_default();
+        let exchanges = self.exchanges.lock().map(|mut e| std::mem::take(&mut *e)).unwrap_or_default();
         (queues, exchanges)
     }
 }
@@ -192,15 +171,11 @@ async fn delete_all(url: &str, queues: Vec<String>, exchanges: Vec<String>) -> R
     let connection = Connection::connect(url, ConnectionProperties::default()).await?;
     for q in queues {
         let channel = connection.create_channel().await?;
-        let _ = channel
-            .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
-            .await;
+        let _ = channel.queue_delete(q.as_str().into(), QueueDeleteOptions::default()).await;
     }
     for e in exchanges {
         let channel = connection.create_channel().await?;
-        let _ = channel
-            .exchange_delete(e.as_str().into(), ExchangeDeleteOptions::default())
-            .await;
+        let _ = channel.exchange_delete(e.as_str().into(), ExchangeDeleteOptions::default()).await;
     }
     let _ = connection.close(200, "test cleanup".into()).await;
     Ok(())
@@ -214,9 +189,7 @@ impl Drop for TestBroker {
         let (queues, exchanges) = self.take_names();
         let url = self.url.clone();
         let handle = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build();
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build();
             if let Ok(rt) = rt
                 && let Err(e) = rt.block_on(delete_all(&url, queues, exchanges))
             {
@@ -234,12 +207,7 @@ impl TestBroker {
     ///
     /// # Errors
     /// [`crate::Error::NotConfirmed`] naming the first event the broker did not confirm.
-    pub async fn publish_events(
-        &self,
-        exchange: &str,
-        routing_key: &str,
-        events: &[outbox_core::Event],
-    ) -> Result<()> {
+    pub async fn publish_events(&self, exchange: &str, routing_key: &str, events: &[outbox_core::Event]) -> Result<()> {
         use outbox_core::{OutgoingMessage, PublishOutcome, Publisher};
         let publisher = outbox_producer::AmqpPublisher::builder(self.url.clone()).build();
         let batch = events

@@ -20,10 +20,7 @@ pub(crate) fn admin_url() -> String {
 }
 
 fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
 /// A database of its own for one test, dropped afterwards.
@@ -67,22 +64,11 @@ impl TestDb {
             drop_stale(&mut conn).await;
         }
         let name = format!("{PREFIX}{}_{}", now_secs(), crate::unique_suffix());
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
-            .execute(&mut conn)
-            .await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\""))).execute(&mut conn).await?;
         conn.close().await?;
         let options = admin.clone().database(&name);
-        let pool = PgPoolOptions::new()
-            .max_connections(10)
-            .connect_with(options.clone())
-            .await?;
-        Ok(Self {
-            name,
-            admin,
-            options,
-            pool,
-            dropped: false,
-        })
+        let pool = PgPoolOptions::new().max_connections(10).connect_with(options.clone()).await?;
+        Ok(Self { name, admin, options, pool, dropped: false })
     }
 
     /// The pool of the test database.
@@ -119,34 +105,26 @@ impl TestDb {
 
 async fn drop_database(admin: &PgConnectOptions, name: &str) -> Result<()> {
     let mut conn = PgConnection::connect_with(admin).await?;
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"
-    )))
-    .execute(&mut conn)
-    .await?;
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)")))
+        .execute(&mut conn)
+        .await?;
     conn.close().await?;
     Ok(())
 }
 
 /// Drops test databases whose creation time (in their name) is older than [`STALE_AFTER_SECS`].
 async fn drop_stale(conn: &mut PgConnection) {
-    let names: Vec<String> =
-        sqlx::query_scalar("SELECT datname FROM pg_database WHERE datname LIKE 'outbox\\_t\\_%'")
-            .fetch_all(&mut *conn)
-            .await
-            .unwrap_or_default();
+    let names: Vec<String> = sqlx::query_scalar("SELECT datname FROM pg_database WHERE datname LIKE 'outbox\\_t\\_%'")
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap_or_default();
     let cutoff = now_secs().saturating_sub(STALE_AFTER_SECS);
     for name in names {
-        let created = name
-            .strip_prefix(PREFIX)
-            .and_then(|rest| rest.split('_').next())
-            .and_then(|t| t.parse::<u64>().ok());
+        let created =
+            name.strip_prefix(PREFIX).and_then(|rest| rest.split('_').next()).and_then(|t| t.parse::<u64>().ok());
         if created.is_some_and(|t| t < cutoff) {
             let sql = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
-            if let Err(e) = sqlx::query(sqlx::AssertSqlSafe(sql))
-                .execute(&mut *conn)
-                .await
-            {
+            if let Err(e) = sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut *conn).await {
                 tracing::warn!(database = %name, error = %e, "could not drop a stale test database");
             }
         }
@@ -162,9 +140,7 @@ impl Drop for TestDb {
         let name = std::mem::take(&mut self.name);
         // Drop runs inside the test's runtime, which cannot be blocked on: use a thread of its own.
         let handle = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build();
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build();
             if let Ok(rt) = rt
                 && let Err(e) = rt.block_on(drop_database(&admin, &name))
             {

@@ -44,11 +44,7 @@ pub fn unique_suffix() -> String {
 ///
 /// # Errors
 /// [`Error::Timeout`] naming `what` if the deadline passes first.
-pub async fn wait_for<T, F, Fut>(
-    what: &str,
-    deadline: std::time::Duration,
-    mut check: F,
-) -> Result<T>
+pub async fn wait_for<T, F, Fut>(what: &str, deadline: std::time::Duration, mut check: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -59,10 +55,7 @@ where
             return Ok(v);
         }
         if tokio::time::Instant::now() >= until {
-            return Err(Error::Timeout {
-                what: what.to_owned(),
-                after: deadline,
-            });
+            return Err(Error::Timeout { what: what.to_owned(), after: deadline });
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }

@@ -70,17 +70,11 @@ impl Recorder {
     /// # Errors
     /// If the broker cannot be reached or the queue does not exist.
     pub async fn start(queue: &str) -> Result<Self> {
-        let connection =
-            Connection::connect(&crate::amqp_url(), ConnectionProperties::default()).await?;
+        let connection = Connection::connect(&crate::amqp_url(), ConnectionProperties::default()).await?;
         let channel: Channel = connection.create_channel().await?;
         channel.basic_qos(1000, BasicQosOptions::default()).await?;
         let mut consumer = channel
-            .basic_consume(
-                queue.into(),
-                "".into(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
+            .basic_consume(queue.into(), "".into(), BasicConsumeOptions::default(), FieldTable::default())
             .await?;
         let records = Arc::new(Mutex::new(Vec::new()));
         let sink = records.clone();
@@ -88,11 +82,7 @@ impl Recorder {
             while let Some(Ok(delivery)) = consumer.next().await {
                 let h = delivery.properties.headers().as_ref();
                 let record = Record {
-                    event_id: delivery
-                        .properties
-                        .message_id()
-                        .as_ref()
-                        .and_then(|m| Uuid::parse_str(m.as_str()).ok()),
+                    event_id: delivery.properties.message_id().as_ref().and_then(|m| Uuid::parse_str(m.as_str()).ok()),
                     entity: header_str(h, "x-entity"),
                     seq: header_int(h, "x-seq"),
                     redelivered: delivery.redelivered,
@@ -105,11 +95,7 @@ impl Recorder {
                 let _ = delivery.ack(BasicAckOptions::default()).await;
             }
         });
-        Ok(Self {
-            records,
-            task,
-            _connection: connection,
-        })
+        Ok(Self { records, task, _connection: connection })
     }
 
     /// Everything recorded so far, in arrival order.
@@ -127,39 +113,24 @@ impl Recorder {
     /// # Errors
     /// [`crate::Error::Timeout`] with the count reached.
     pub async fn wait_for_count(&self, n: usize, deadline: Duration) -> Result<()> {
-        crate::wait_for(&format!("{n} deliveries"), deadline, || async {
-            (self.count() >= n).then_some(())
-        })
-        .await
-        .map_err(|_| crate::Error::Timeout {
-            what: format!("{n} deliveries (got {})", self.count()),
-            after: deadline,
-        })
+        crate::wait_for(&format!("{n} deliveries"), deadline, || async { (self.count() >= n).then_some(()) })
+            .await
+            .map_err(|_| crate::Error::Timeout {
+                what: format!("{n} deliveries (got {})", self.count()),
+                after: deadline,
+            })
     }
 
     /// The distinct event ids that arrived.
     pub fn ids(&self) -> HashSet<Uuid> {
-        self.records()
-            .into_iter()
-            .filter_map(|r| r.event_id)
-            .collect()
+        self.records().into_iter().filter_map(|r| r.event_id).collect()
     }
 
     /// Whether every id of `expected` arrived; returns the missing ones otherwise.
-    pub fn all_delivered(
-        &self,
-        expected: impl IntoIterator<Item = Uuid>,
-    ) -> std::result::Result<(), Vec<Uuid>> {
+    pub fn all_delivered(&self, expected: impl IntoIterator<Item = Uuid>) -> std::result::Result<(), Vec<Uuid>> {
         let got = self.ids();
-        let missing: Vec<Uuid> = expected
-            .into_iter()
-            .filter(|id| !got.contains(id))
-            .collect();
-        if missing.is_empty() {
-            Ok(())
-        } else {
-            Err(missing)
-        }
+        let missing: Vec<Uuid> = expected.into_iter().filter(|id| !got.contains(id)).collect();
+        if missing.is_empty() { Ok(()) } else { Err(missing) }
     }
 
     /// Event ids that arrived more than once, with their counts.
@@ -192,11 +163,7 @@ impl Recorder {
             }
             *top = (*top).max(seq);
         }
-        if violations.is_empty() {
-            Ok(())
-        } else {
-            Err(violations)
-        }
+        if violations.is_empty() { Ok(()) } else { Err(violations) }
     }
 }
 

@@ -40,16 +40,9 @@ async fn change_order(
     .bind(total)
     .execute(&mut *tx)
     .await?;
-    let event = NewEvent::json(
-        "order.changed",
-        &OrderChanged {
-            order_id: id,
-            status,
-            total_cents: total,
-        },
-    )?
-    .entity(format!("order-{id}"))
-    .correlation_id(format!("example-{id}-{status}"));
+    let event = NewEvent::json("order.changed", &OrderChanged { order_id: id, status, total_cents: total })?
+        .entity(format!("order-{id}"))
+        .correlation_id(format!("example-{id}-{status}"));
     outbox.enqueue(&mut *tx, event).await?;
     if commit {
         tx.commit().await?;
@@ -68,14 +61,14 @@ async fn main() -> Result<(), BoxError> {
     }
     let pool = PgPool::connect(&url).await?;
     outbox_producer::migrate(&pool).await?;
-    sqlx::query("CREATE TABLE IF NOT EXISTS orders (id bigint PRIMARY KEY, status text NOT NULL, total_cents bigint NOT NULL)")
-        .execute(&pool)
-        .await?;
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS orders (id bigint PRIMARY KEY, status text NOT NULL, total_cents bigint NOT NULL)",
+    )
+    .execute(&pool)
+    .await?;
 
     let outbox = Outbox::new();
-    let run: i64 = sqlx::query_scalar("SELECT coalesce(max(id), 0) FROM orders")
-        .fetch_one(&pool)
-        .await?;
+    let run: i64 = sqlx::query_scalar("SELECT coalesce(max(id), 0) FROM orders").fetch_one(&pool).await?;
     let (a, b) = (run + 1, run + 2);
     change_order(&pool, &outbox, a, "placed", 1999, true).await?;
     change_order(&pool, &outbox, b, "placed", 4500, true).await?;
@@ -91,33 +84,17 @@ async fn main() -> Result<(), BoxError> {
     .bind(vec![format!("order-{a}"), format!("order-{b}")])
     .fetch_all(&pool)
     .await?;
-    println!(
-        "{:<38} {:<14} {:<14} {:>4} status",
-        "event id", "type", "entity", "seq"
-    );
+    println!("{:<38} {:<14} {:<14} {:>4} status", "event id", "type", "entity", "seq");
     for (id, event_type, entity, seq, status) in &rows {
-        println!(
-            "{id:<38} {event_type:<14} {:<14} {:>4} {status}",
-            entity.as_deref().unwrap_or("-"),
-            seq.unwrap_or(0)
-        );
+        println!("{id:<38} {event_type:<14} {:<14} {:>4} {status}", entity.as_deref().unwrap_or("-"), seq.unwrap_or(0));
     }
-    let expected = [
-        (format!("order-{a}"), 1),
-        (format!("order-{a}"), 2),
-        (format!("order-{a}"), 3),
-        (format!("order-{b}"), 1),
-    ];
-    let got: Vec<(String, i64)> = rows
-        .iter()
-        .map(|r| (r.2.clone().unwrap_or_default(), r.3.unwrap_or(0)))
-        .collect();
+    let expected =
+        [(format!("order-{a}"), 1), (format!("order-{a}"), 2), (format!("order-{a}"), 3), (format!("order-{b}"), 1)];
+    let got: Vec<(String, i64)> = rows.iter().map(|r| (r.2.clone().unwrap_or_default(), r.3.unwrap_or(0))).collect();
     if got != expected {
         return Err(format!("unexpected outbox content: {got:?}").into());
     }
-    println!(
-        "4 events stored for 5 changes (the rolled-back change left none); sequences are gapless per order."
-    );
+    println!("4 events stored for 5 changes (the rolled-back change left none); sequences are gapless per order.");
     pool.close().await;
     Ok(())
 }

@@ -37,11 +37,7 @@ pub struct InboxLayer {
 impl InboxLayer {
     /// An inbox in `pool` for the consumer named `consumer` (its rows are scoped by this name).
     pub fn new(pool: PgPool, consumer: impl Into<String>) -> Self {
-        Self {
-            pool,
-            consumer: Arc::from(consumer.into()),
-            start: StartPolicy::default(),
-        }
+        Self { pool, consumer: Arc::from(consumer.into()), start: StartPolicy::default() }
     }
 
     /// Sets where an entity's numbering starts for this consumer. Defaults to
@@ -57,12 +53,7 @@ impl<S> Layer<S> for InboxLayer {
     type Service = InboxService<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        InboxService {
-            inner,
-            pool: self.pool.clone(),
-            consumer: self.consumer.clone(),
-            start: self.start,
-        }
+        InboxService { inner, pool: self.pool.clone(), consumer: self.consumer.clone(), start: self.start }
     }
 }
 
@@ -111,9 +102,7 @@ where
     ) -> Result<InboxRequest> {
         let request = InboxRequest { event, tx };
         let fut = async {
-            std::future::poll_fn(|cx| inner.poll_ready(cx))
-                .await
-                .map_err(handler_error)?;
+            std::future::poll_fn(|cx| inner.poll_ready(cx)).await.map_err(handler_error)?;
             inner.call(request).await.map_err(handler_error)
         };
         match AssertUnwindSafe(fut).catch_unwind().await {
@@ -134,14 +123,7 @@ where
         if let Some(entity) = &event.entity {
             store::lock_entity(&mut tx, &self.consumer, &entity.key, 0).await?;
         }
-        store::store_content(
-            &mut tx,
-            &self.consumer,
-            event,
-            "failed",
-            Some(&error.to_string()),
-        )
-        .await?;
+        store::store_content(&mut tx, &self.consumer, event, "failed", Some(&error.to_string())).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -188,13 +170,7 @@ where
         };
         let (event, mut tx) = request.into_parts();
         if let Some(entity) = &event.entity {
-            store::advance(
-                &mut tx,
-                consumer,
-                &entity.key,
-                i64::try_from(entity.seq).unwrap_or(i64::MAX),
-            )
-            .await?;
+            store::advance(&mut tx, consumer, &entity.key, i64::try_from(entity.seq).unwrap_or(i64::MAX)).await?;
         }
         tx.commit().await?;
         let successors = match &event.entity {
@@ -243,7 +219,8 @@ where
         let (event, mut tx) = request.into_parts();
         store::advance(&mut tx, consumer, key, last + 1).await?;
         tx.commit().await?;
-        metrics::counter!("inbox_events_total", "consumer" => consumer.to_owned(), "outcome" => "applied_from_parking").increment(1);
+        metrics::counter!("inbox_events_total", "consumer" => consumer.to_owned(), "outcome" => "applied_from_parking")
+            .increment(1);
         tracing::debug!(event_id = %event.id, entity = %key, seq = last + 1, "inbox.unparked");
         Ok(true)
     }
@@ -294,13 +271,7 @@ where
                 1
             }
         };
-        Ok(Some(if applied > 0 {
-            Outcome::Applied {
-                successors: applied - 1,
-            }
-        } else {
-            Outcome::Parked
-        }))
+        Ok(Some(if applied > 0 { Outcome::Applied { successors: applied - 1 } } else { Outcome::Parked }))
     }
 }
 
@@ -330,7 +301,8 @@ where
                 Err(e) if e.is_retryable() => "transient_failure",
                 Err(_) => "permanent_failure",
             };
-            metrics::counter!("inbox_events_total", "consumer" => this.consumer.to_string(), "outcome" => label).increment(1);
+            metrics::counter!("inbox_events_total", "consumer" => this.consumer.to_string(), "outcome" => label)
+                .increment(1);
             tracing::debug!(event_id = %id, outcome = label, "inbox.handled");
             result
         })

@@ -12,12 +12,7 @@ use crate::{Error, Result};
 /// Locks the entity's row for this consumer (creating it at `initial`) and returns its last
 /// applied sequence. Held until the transaction ends, so deliveries of one entity are handled one
 /// at a time, across every process of the consumer.
-pub(crate) async fn lock_entity(
-    conn: &mut PgConnection,
-    consumer: &str,
-    key: &str,
-    initial: i64,
-) -> Result<i64> {
+pub(crate) async fn lock_entity(conn: &mut PgConnection, consumer: &str, key: &str, initial: i64) -> Result<i64> {
     Ok(sqlx::query_scalar(
         "INSERT INTO inbox_entities (consumer, entity_key, last_seq) VALUES ($1, $2, $3)
          ON CONFLICT (consumer, entity_key) DO UPDATE SET last_seq = inbox_entities.last_seq
@@ -30,12 +25,7 @@ pub(crate) async fn lock_entity(
     .await?)
 }
 
-pub(crate) async fn advance(
-    conn: &mut PgConnection,
-    consumer: &str,
-    key: &str,
-    seq: i64,
-) -> Result<()> {
+pub(crate) async fn advance(conn: &mut PgConnection, consumer: &str, key: &str, seq: i64) -> Result<()> {
     sqlx::query("UPDATE inbox_entities SET last_seq = $3, updated_at = now() WHERE consumer = $1 AND entity_key = $2")
         .bind(consumer)
         .bind(key)
@@ -46,18 +36,11 @@ pub(crate) async fn advance(
 }
 
 fn seq_of(event: &Event) -> Option<i64> {
-    event
-        .entity
-        .as_ref()
-        .map(|e| i64::try_from(e.seq).unwrap_or(i64::MAX))
+    event.entity.as_ref().map(|e| i64::try_from(e.seq).unwrap_or(i64::MAX))
 }
 
 /// Records the event as processed; `false` if the consumer had already seen this event id.
-pub(crate) async fn insert_seen(
-    conn: &mut PgConnection,
-    consumer: &str,
-    event: &Event,
-) -> Result<bool> {
+pub(crate) async fn insert_seen(conn: &mut PgConnection, consumer: &str, event: &Event) -> Result<bool> {
     let inserted: Option<i32> = sqlx::query_scalar(
         "INSERT INTO inbox_events (consumer, event_id, entity_key, seq, status, attempts, processed_at)
          VALUES ($1, $2, $3, $4, 'processed', 1, now())
@@ -72,12 +55,7 @@ pub(crate) async fn insert_seen(
     Ok(inserted.is_some())
 }
 
-pub(crate) async fn mark_stale(
-    conn: &mut PgConnection,
-    consumer: &str,
-    id: EventId,
-    last: i64,
-) -> Result<()> {
+pub(crate) async fn mark_stale(conn: &mut PgConnection, consumer: &str, id: EventId, last: i64) -> Result<()> {
     sqlx::query("UPDATE inbox_events SET status = 'skipped', last_error = $3 WHERE consumer = $1 AND event_id = $2")
         .bind(consumer)
         .bind(id.as_uuid())
@@ -90,10 +68,7 @@ pub(crate) async fn mark_stale(
 fn headers_json(event: &Event) -> serde_json::Value {
     let mut headers = event.headers.clone();
     if let Some(tp) = &event.traceparent {
-        headers.insert(
-            outbox_core::wire::HEADER_TRACEPARENT.to_owned(),
-            outbox_core::HeaderValue::String(tp.clone()),
-        );
+        headers.insert(outbox_core::wire::HEADER_TRACEPARENT.to_owned(), outbox_core::HeaderValue::String(tp.clone()));
     }
     serde_json::to_value(&headers).unwrap_or(serde_json::Value::Null)
 }
@@ -137,11 +112,7 @@ pub(crate) async fn store_content(
 }
 
 /// Marks a stored event processed and drops its content (payloads are kept only while needed).
-pub(crate) async fn mark_processed(
-    conn: &mut PgConnection,
-    consumer: &str,
-    id: EventId,
-) -> Result<()> {
+pub(crate) async fn mark_processed(conn: &mut PgConnection, consumer: &str, id: EventId) -> Result<()> {
     sqlx::query(
         "UPDATE inbox_events SET status = 'processed', processed_at = now(), last_error = NULL, payload = NULL,
                 headers = NULL, event_type = NULL, event_version = NULL, content_type = NULL,
@@ -173,32 +144,21 @@ fn event_from_row(row: &sqlx::postgres::PgRow) -> Result<Event> {
     let created: Option<DateTime<Utc>> = row.try_get("created_at")?;
     Ok(Event {
         id: EventId::from_uuid(id),
-        event_type: row
-            .try_get::<Option<String>, _>("event_type")?
-            .ok_or_else(|| corrupt("no event type"))?,
-        event_version: version
-            .and_then(|v| u32::try_from(v).ok())
-            .ok_or_else(|| corrupt("event version"))?,
+        event_type: row.try_get::<Option<String>, _>("event_type")?.ok_or_else(|| corrupt("no event type"))?,
+        event_version: version.and_then(|v| u32::try_from(v).ok()).ok_or_else(|| corrupt("event version"))?,
         entity: match (key, seq) {
-            (Some(key), Some(seq)) => Some(Entity {
-                key,
-                seq: u64::try_from(seq).map_err(|_| corrupt("sequence"))?,
-            }),
+            (Some(key), Some(seq)) => Some(Entity { key, seq: u64::try_from(seq).map_err(|_| corrupt("sequence"))? }),
             _ => None,
         },
         payload: Payload::new(
-            row.try_get::<Option<Vec<u8>>, _>("payload")?
-                .ok_or_else(|| corrupt("no payload"))?,
-            row.try_get::<Option<String>, _>("content_type")?
-                .ok_or_else(|| corrupt("no content type"))?,
+            row.try_get::<Option<Vec<u8>>, _>("payload")?.ok_or_else(|| corrupt("no payload"))?,
+            row.try_get::<Option<String>, _>("content_type")?.ok_or_else(|| corrupt("no content type"))?,
         ),
         correlation_id: row.try_get("correlation_id")?,
         causation_id: row.try_get("causation_id")?,
         traceparent,
         headers,
-        created_at: created
-            .map(SystemTime::from)
-            .ok_or_else(|| corrupt("no creation time"))?,
+        created_at: created.map(SystemTime::from).ok_or_else(|| corrupt("no creation time"))?,
     })
 }
 
@@ -206,40 +166,22 @@ const STORED_COLUMNS: &str = "event_id, entity_key, seq, event_type, event_versi
                               correlation_id, causation_id, created_at";
 
 /// The parked event that is next for the entity, locked.
-pub(crate) async fn parked_at(
-    conn: &mut PgConnection,
-    consumer: &str,
-    key: &str,
-    seq: i64,
-) -> Result<Option<Event>> {
+pub(crate) async fn parked_at(conn: &mut PgConnection, consumer: &str, key: &str, seq: i64) -> Result<Option<Event>> {
     let sql = format!(
         "SELECT {STORED_COLUMNS} FROM inbox_events
          WHERE consumer = $1 AND entity_key = $2 AND seq = $3 AND status = 'parked' FOR UPDATE"
     );
-    let row = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .bind(consumer)
-        .bind(key)
-        .bind(seq)
-        .fetch_optional(conn)
-        .await?;
+    let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(consumer).bind(key).bind(seq).fetch_optional(conn).await?;
     row.as_ref().map(event_from_row).transpose()
 }
 
 /// A stored (failed or parked) event by id.
-pub(crate) async fn stored(
-    conn: &mut PgConnection,
-    consumer: &str,
-    id: EventId,
-) -> Result<Option<(String, Event)>> {
+pub(crate) async fn stored(conn: &mut PgConnection, consumer: &str, id: EventId) -> Result<Option<(String, Event)>> {
     let sql = format!(
         "SELECT status, {STORED_COLUMNS} FROM inbox_events
          WHERE consumer = $1 AND event_id = $2 AND status IN ('parked', 'failed') FOR UPDATE"
     );
-    let row = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .bind(consumer)
-        .bind(id.as_uuid())
-        .fetch_optional(conn)
-        .await?;
+    let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(consumer).bind(id.as_uuid()).fetch_optional(conn).await?;
     match row {
         Some(r) => Ok(Some((r.try_get("status")?, event_from_row(&r)?))),
         None => Ok(None),
@@ -247,11 +189,7 @@ pub(crate) async fn stored(
 }
 
 /// Entities whose next event is parked (ready to be applied), for the sweeper.
-pub(crate) async fn ready_entities(
-    conn: &mut PgConnection,
-    consumer: &str,
-    limit: i64,
-) -> Result<Vec<String>> {
+pub(crate) async fn ready_entities(conn: &mut PgConnection, consumer: &str, limit: i64) -> Result<Vec<String>> {
     Ok(sqlx::query_scalar(
         "SELECT p.entity_key FROM inbox_events p
          JOIN inbox_entities e ON e.consumer = p.consumer AND e.entity_key = p.entity_key

@@ -71,18 +71,8 @@ pub async fn list_quarantined(pool: &PgPool, limit: i64) -> Result<Vec<Quarantin
     .await?;
     Ok(rows
         .into_iter()
-        .map(
-            |(
-                id,
-                event_type,
-                entity_key,
-                seq,
-                attempts,
-                kind,
-                last_error,
-                created_at,
-                quarantined_at,
-            )| QuarantinedEvent {
+        .map(|(id, event_type, entity_key, seq, attempts, kind, last_error, created_at, quarantined_at)| {
+            QuarantinedEvent {
                 id: EventId::from_uuid(id),
                 event_type,
                 entity_key,
@@ -92,8 +82,8 @@ pub async fn list_quarantined(pool: &PgPool, limit: i64) -> Result<Vec<Quarantin
                 last_error,
                 created_at,
                 quarantined_at,
-            },
-        )
+            }
+        })
         .collect())
 }
 
@@ -106,22 +96,13 @@ WITH woken AS (
 )
 SELECT pg_notify('outbox_events', ''), (SELECT count(*) FROM woken)";
 
-async fn finish(
-    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
-    entity: Option<(String, i64)>,
-) -> Result<()> {
+async fn finish(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, entity: Option<(String, i64)>) -> Result<()> {
     match entity {
         Some((key, seq)) => {
-            sqlx::query(WAKE_SUCCESSORS)
-                .bind(key)
-                .bind(seq)
-                .execute(&mut **tx)
-                .await?;
+            sqlx::query(WAKE_SUCCESSORS).bind(key).bind(seq).execute(&mut **tx).await?;
         }
         None => {
-            sqlx::query("SELECT pg_notify('outbox_events', '')")
-                .execute(&mut **tx)
-                .await?;
+            sqlx::query("SELECT pg_notify('outbox_events', '')").execute(&mut **tx).await?;
         }
     }
     Ok(())

@@ -9,8 +9,7 @@ use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
 use outbox_core::wire::WireMessage;
 use outbox_core::{
-    ConfirmFuture, ExchangeKind, FailureKind, HeaderValue, OutgoingMessage, PublishFailure,
-    PublishOutcome, Publisher,
+    ConfirmFuture, ExchangeKind, FailureKind, HeaderValue, OutgoingMessage, PublishFailure, PublishOutcome, Publisher,
 };
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -59,9 +58,7 @@ struct State {
 
 impl std::fmt::Debug for AmqpPublisher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AmqpPublisher")
-            .field("connection_name", &self.inner.connection_name)
-            .finish_non_exhaustive()
+        f.debug_struct("AmqpPublisher").field("connection_name", &self.inner.connection_name).finish_non_exhaustive()
     }
 }
 
@@ -116,9 +113,7 @@ fn ready(outcome: PublishOutcome) -> ConfirmFuture {
 }
 
 fn failed_all(n: usize, failure: &PublishFailure) -> Vec<ConfirmFuture> {
-    (0..n)
-        .map(|_| ready(PublishOutcome::Failed(failure.clone())))
-        .collect()
+    (0..n).map(|_| ready(PublishOutcome::Failed(failure.clone()))).collect()
 }
 
 /// Classifies a lapin error. Reply codes and texts come from the broker and never hold message
@@ -130,9 +125,7 @@ pub(crate) fn classify(error: &lapin::Error) -> PublishFailure {
             let kind = match amqp.kind() {
                 AMQPErrorKind::Soft(AMQPSoftError::ACCESSREFUSED) => FailureKind::Auth,
                 AMQPErrorKind::Soft(AMQPSoftError::CONTENTTOOLARGE) => FailureKind::Rejected,
-                AMQPErrorKind::Soft(AMQPSoftError::PRECONDITIONFAILED)
-                    if text.contains("message size") =>
-                {
+                AMQPErrorKind::Soft(AMQPSoftError::PRECONDITIONFAILED) if text.contains("message size") => {
                     FailureKind::Rejected
                 }
                 AMQPErrorKind::Hard(AMQPHardError::NOTALLOWED) => FailureKind::Auth,
@@ -140,13 +133,10 @@ pub(crate) fn classify(error: &lapin::Error) -> PublishFailure {
             };
             PublishFailure::new(kind, format!("broker error {}: {text}", amqp.get_id()))
         }
-        lapin::ErrorKind::AuthProviderError(_) => {
-            PublishFailure::new(FailureKind::Auth, "authentication failed")
+        lapin::ErrorKind::AuthProviderError(_) => PublishFailure::new(FailureKind::Auth, "authentication failed"),
+        lapin::ErrorKind::IOError(e) => {
+            PublishFailure::new(FailureKind::Transient, format!("connection error: {}", e.kind()))
         }
-        lapin::ErrorKind::IOError(e) => PublishFailure::new(
-            FailureKind::Transient,
-            format!("connection error: {}", e.kind()),
-        ),
         _ => PublishFailure::new(FailureKind::Transient, format!("{error}")),
     }
 }
@@ -168,9 +158,7 @@ fn to_amqp(value: &HeaderValue) -> AMQPValue {
         HeaderValue::String(s) => AMQPValue::LongString(LongString::from(s.as_str())),
         HeaderValue::Float(f) => AMQPValue::Double(*f),
         HeaderValue::Bytes(b) => AMQPValue::ByteArray(b.clone().into()),
-        HeaderValue::List(items) => {
-            AMQPValue::FieldArray(items.iter().map(to_amqp).collect::<Vec<_>>().into())
-        }
+        HeaderValue::List(items) => AMQPValue::FieldArray(items.iter().map(to_amqp).collect::<Vec<_>>().into()),
         HeaderValue::Table(t) => AMQPValue::FieldTable(table(t)),
         _ => AMQPValue::Void,
     }
@@ -222,18 +210,8 @@ fn lapin_kind(kind: ExchangeKind) -> lapin::ExchangeKind {
 }
 
 async fn declare(channel: &Channel, name: &str, kind: ExchangeKind) -> Result<(), lapin::Error> {
-    let options = ExchangeDeclareOptions {
-        durable: true,
-        ..ExchangeDeclareOptions::default()
-    };
-    channel
-        .exchange_declare(
-            name.into(),
-            lapin_kind(kind),
-            options,
-            FieldTable::default(),
-        )
-        .await
+    let options = ExchangeDeclareOptions { durable: true, ..ExchangeDeclareOptions::default() };
+    channel.exchange_declare(name.into(), lapin_kind(kind), options, FieldTable::default()).await
 }
 
 impl AmqpPublisher {
@@ -281,9 +259,8 @@ impl AmqpPublisher {
             }
             Err(failure) => {
                 state.failures = state.failures.saturating_add(1);
-                let backoff = Duration::from_millis(100)
-                    .saturating_mul(1 << state.failures.min(7))
-                    .min(Duration::from_secs(10));
+                let backoff =
+                    Duration::from_millis(100).saturating_mul(1 << state.failures.min(7)).min(Duration::from_secs(10));
                 state.retry_at = Some(Instant::now() + backoff);
                 state.last_failure = Some(failure.clone());
                 tracing::warn!(kind = %failure.kind, reason = %failure.reason, retry_in_ms = backoff.as_millis() as u64, "outbox.broker_unavailable");
@@ -298,46 +275,27 @@ impl AmqpPublisher {
             if let Some(old) = state.connection.take() {
                 let _ = old.close(200, "reconnecting".into()).await;
             }
-            let props = ConnectionProperties::default()
-                .with_connection_name(self.inner.connection_name.as_str().into());
-            let conn = tokio::time::timeout(
-                self.inner.connect_timeout,
-                Connection::connect(&self.inner.url, props),
-            )
-            .await
-            .map_err(|_| {
-                PublishFailure::new(
-                    FailureKind::Transient,
-                    "cannot connect to the broker: timed out",
-                )
-            })?
-            .map_err(|e| connect_failure(&e))?;
+            let props =
+                ConnectionProperties::default().with_connection_name(self.inner.connection_name.as_str().into());
+            let conn = tokio::time::timeout(self.inner.connect_timeout, Connection::connect(&self.inner.url, props))
+                .await
+                .map_err(|_| PublishFailure::new(FailureKind::Transient, "cannot connect to the broker: timed out"))?
+                .map_err(|e| connect_failure(&e))?;
             state.connection = Some(conn);
         }
-        let conn = state
-            .connection
-            .as_ref()
-            .ok_or_else(|| PublishFailure::new(FailureKind::Transient, "no connection"))?;
+        let conn =
+            state.connection.as_ref().ok_or_else(|| PublishFailure::new(FailureKind::Transient, "no connection"))?;
         let channel = conn.create_channel().await.map_err(|e| classify(&e))?;
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await
-            .map_err(|e| classify(&e))?;
+        channel.confirm_select(ConfirmSelectOptions::default()).await.map_err(|e| classify(&e))?;
         for (name, kind) in &state.exchanges {
-            declare(&channel, name, *kind)
-                .await
-                .map_err(|e| classify(&e))?;
+            declare(&channel, name, *kind).await.map_err(|e| classify(&e))?;
         }
         Ok(channel)
     }
 
     async fn forget_channel(&self, broken: &Channel) {
         let mut state = self.inner.state.lock().await;
-        if state
-            .channel
-            .as_ref()
-            .is_some_and(|c| c.id() == broken.id())
-        {
+        if state.channel.as_ref().is_some_and(|c| c.id() == broken.id()) {
             state.channel = None;
         }
     }
@@ -347,10 +305,7 @@ impl AmqpPublisher {
 /// max size M").
 fn size_limit(reason: &str) -> Option<usize> {
     let rest = &reason[reason.find("max size")? + "max size".len()..];
-    rest.split(|c: char| !c.is_ascii_digit())
-        .find(|s| !s.is_empty())?
-        .parse()
-        .ok()
+    rest.split(|c: char| !c.is_ascii_digit()).find(|s| !s.is_empty())?.parse().ok()
 }
 
 /// When the broker closes the channel over one oversized message, every confirm pending on that
@@ -358,15 +313,10 @@ fn size_limit(reason: &str) -> Option<usize> {
 /// the others are merely unknown (transient).
 fn blame(outcome: PublishOutcome, body_len: usize) -> PublishOutcome {
     match outcome {
-        PublishOutcome::Failed(mut f)
-            if f.kind == FailureKind::Rejected && f.reason.contains("message size") =>
-        {
+        PublishOutcome::Failed(mut f) if f.kind == FailureKind::Rejected && f.reason.contains("message size") => {
             if size_limit(&f.reason).is_some_and(|max| body_len <= max) {
                 f.kind = FailureKind::Transient;
-                f.reason = format!(
-                    "channel closed by another message's rejection ({})",
-                    f.reason
-                );
+                f.reason = format!("channel closed by another message's rejection ({})", f.reason);
             }
             PublishOutcome::Failed(f)
         }
@@ -383,20 +333,14 @@ async fn confirm_outcome(pending: lapin::PublisherConfirm) -> PublishOutcome {
         Ok(Confirmation::Ack(None)) => PublishOutcome::Confirmed,
         Ok(Confirmation::Ack(Some(returned))) => PublishOutcome::Failed(PublishFailure::new(
             FailureKind::Rejected,
-            format!(
-                "returned by the broker: {} {}",
-                returned.reply_code,
-                returned.reply_text.as_str()
-            ),
+            format!("returned by the broker: {} {}", returned.reply_code, returned.reply_text.as_str()),
         )),
-        Ok(Confirmation::Nack(_)) => PublishOutcome::Failed(PublishFailure::new(
-            FailureKind::Transient,
-            "nacked by the broker",
-        )),
-        Ok(Confirmation::NotRequested) => PublishOutcome::Failed(PublishFailure::new(
-            FailureKind::Transient,
-            "publisher confirms are not enabled",
-        )),
+        Ok(Confirmation::Nack(_)) => {
+            PublishOutcome::Failed(PublishFailure::new(FailureKind::Transient, "nacked by the broker"))
+        }
+        Ok(Confirmation::NotRequested) => {
+            PublishOutcome::Failed(PublishFailure::new(FailureKind::Transient, "publisher confirms are not enabled"))
+        }
         Err(e) => PublishOutcome::Failed(classify(&e)),
     }
 }
@@ -425,10 +369,7 @@ impl Publisher for AmqpPublisher {
                 ))));
                 continue;
             }
-            let options = BasicPublishOptions {
-                mandatory: true,
-                ..BasicPublishOptions::default()
-            };
+            let options = BasicPublishOptions { mandatory: true, ..BasicPublishOptions::default() };
             let props = properties(&msg.message);
             let body_len = msg.message.body.len();
             match channel
@@ -445,9 +386,7 @@ impl Publisher for AmqpPublisher {
                 Err(e) => {
                     let failure = match blame(PublishOutcome::Failed(classify(&e)), body_len) {
                         PublishOutcome::Failed(f) => f,
-                        PublishOutcome::Confirmed => {
-                            PublishFailure::new(FailureKind::Transient, "unknown")
-                        }
+                        PublishOutcome::Confirmed => PublishFailure::new(FailureKind::Transient, "unknown"),
                     };
                     tracing::warn!(event_id = %msg.event_id, kind = %failure.kind, reason = %failure.reason, "outbox.publish_failed");
                     self.forget_channel(&channel).await;
@@ -459,11 +398,7 @@ impl Publisher for AmqpPublisher {
         out
     }
 
-    async fn declare_exchange(
-        &self,
-        exchange: &str,
-        kind: ExchangeKind,
-    ) -> Result<(), PublishFailure> {
+    async fn declare_exchange(&self, exchange: &str, kind: ExchangeKind) -> Result<(), PublishFailure> {
         {
             let mut state = self.inner.state.lock().await;
             if !state.exchanges.iter().any(|(n, _)| n == exchange) {
@@ -471,9 +406,7 @@ impl Publisher for AmqpPublisher {
             }
         }
         let channel = self.channel().await?;
-        declare(&channel, exchange, kind)
-            .await
-            .map_err(|e| classify(&e))
+        declare(&channel, exchange, kind).await.map_err(|e| classify(&e))
     }
 }
 
@@ -486,11 +419,7 @@ mod tests {
         let reason = "broker error 406: PRECONDITION_FAILED - message size 135266512 is larger than configured max size 134217728";
         assert_eq!(size_limit(reason), Some(134_217_728));
         let failed = || PublishOutcome::Failed(PublishFailure::new(FailureKind::Rejected, reason));
-        assert!(
-            matches!(blame(failed(), 135_266_512), PublishOutcome::Failed(f) if f.kind == FailureKind::Rejected)
-        );
-        assert!(
-            matches!(blame(failed(), 300), PublishOutcome::Failed(f) if f.kind == FailureKind::Transient)
-        );
+        assert!(matches!(blame(failed(), 135_266_512), PublishOutcome::Failed(f) if f.kind == FailureKind::Rejected));
+        assert!(matches!(blame(failed(), 300), PublishOutcome::Failed(f) if f.kind == FailureKind::Transient));
     }
 }

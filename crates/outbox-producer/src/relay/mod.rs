@@ -15,8 +15,8 @@ use std::time::{Duration, SystemTime};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use outbox_core::{
-    ExchangeKind, FailureKind, OutgoingMessage, PublishFailure, PublishOutcome, Publisher,
-    RetryDecision, RetryPolicy, wire,
+    ExchangeKind, FailureKind, OutgoingMessage, PublishFailure, PublishOutcome, Publisher, RetryDecision, RetryPolicy,
+    wire,
 };
 use sqlx::PgPool;
 use tokio::sync::{Notify, watch};
@@ -51,6 +51,8 @@ struct Settings {
     confirm_window: usize,
     lease: Duration,
     poll_interval: Duration,
+    linger: Duration,
+    fast_poll_interval: Duration,
     confirm_timeout: Duration,
     shutdown_deadline: Duration,
     retry: RetryPolicy,
@@ -72,9 +74,7 @@ pub struct RelayBuilder<P> {
 
 impl<P> std::fmt::Debug for RelayBuilder<P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RelayBuilder")
-            .field("settings", &self.settings)
-            .finish_non_exhaustive()
+        f.debug_struct("RelayBuilder").field("settings", &self.settings).finish_non_exhaustive()
     }
 }
 
@@ -121,6 +121,22 @@ impl<P: Publisher> RelayBuilder<P> {
     #[must_use]
     pub fn poll_interval(mut self, interval: Duration) -> Self {
         self.settings.poll_interval = interval;
+        self
+    }
+
+    /// Sets how long the relay keeps polling every `fast_poll_interval` after its last work before
+    /// it waits for notifications. While it polls, commits do not notify (a notifying commit takes
+    /// a server-wide lock, so commits under load would run one at a time). Defaults to 200 ms.
+    #[must_use]
+    pub fn linger(mut self, linger: Duration) -> Self {
+        self.settings.linger = linger;
+        self
+    }
+
+    /// Sets how often the relay polls while it lingers after work. Defaults to 5 ms.
+    #[must_use]
+    pub fn fast_poll_interval(mut self, interval: Duration) -> Self {
+        self.settings.fast_poll_interval = interval;
         self
     }
 
@@ -198,14 +214,10 @@ impl<P: Publisher> RelayBuilder<P> {
     pub fn build(self) -> Result<Relay<P>> {
         let s = &self.settings;
         if s.confirm_timeout >= s.lease {
-            return Err(Error::InvalidConfig(
-                "confirm_timeout must be shorter than lease",
-            ));
+            return Err(Error::InvalidConfig("confirm_timeout must be shorter than lease"));
         }
         if s.lease.is_zero() || s.poll_interval.is_zero() {
-            return Err(Error::InvalidConfig(
-                "lease and poll_interval must be positive",
-            ));
+            return Err(Error::InvalidConfig("lease and poll_interval must be positive"));
         }
         Ok(Relay {
             shared: Arc::new(Shared {
@@ -215,6 +227,7 @@ impl<P: Publisher> RelayBuilder<P> {
                 settings: self.settings,
                 wake: Notify::new(),
                 crashed: AtomicBool::new(false),
+                listening: AtomicBool::new(false),
             }),
         })
     }
@@ -227,6 +240,8 @@ struct Shared<P> {
     settings: Settings,
     wake: Notify,
     crashed: AtomicBool,
+    /// Whether this relay is registered in `outbox_relay_listeners`.
+    listening: AtomicBool,
 }
 
 /// Publishes committed outbox rows to the broker.
@@ -253,17 +268,13 @@ pub struct Relay<P> {
 
 impl<P> std::fmt::Debug for Relay<P> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Relay")
-            .field("relay_id", &self.shared.settings.relay_id)
-            .finish_non_exhaustive()
+        f.debug_struct("Relay").field("relay_id", &self.shared.settings.relay_id).finish_non_exhaustive()
     }
 }
 
 impl<P> Clone for Relay<P> {
     fn clone(&self) -> Self {
-        Self {
-            shared: self.shared.clone(),
-        }
+        Self { shared: self.shared.clone() }
     }
 }
 
@@ -342,6 +353,8 @@ impl<P: Publisher> Relay<P> {
                 confirm_window: 1000,
                 lease: Duration::from_secs(30),
                 poll_interval: Duration::from_secs(1),
+                linger: Duration::from_millis(200),
+                fast_poll_interval: Duration::from_millis(5),
                 confirm_timeout: Duration::from_secs(10),
                 shutdown_deadline: Duration::from_secs(10),
                 retry: RetryPolicy::default(),
@@ -382,11 +395,7 @@ impl<P: Publisher> Relay<P> {
         async move {
             let s = &self.shared.settings;
             if s.declare_exchange
-                && let Err(f) = self
-                    .shared
-                    .publisher
-                    .declare_exchange(&s.exchange, s.exchange_kind)
-                    .await
+                && let Err(f) = self.shared.publisher.declare_exchange(&s.exchange, s.exchange_kind).await
             {
                 tracing::warn!(exchange = %s.exchange, kind = %f.kind, reason = %f.reason,
                     "could not declare the exchange yet; retrying on reconnect");
@@ -428,6 +437,11 @@ impl<P: Publisher> Relay<P> {
                     () = &mut deadline, if !*hard_tx.borrow() => { let _ = hard_tx.send(true); }
                 }
             }
+            if self.shared.listening.swap(false, Ordering::SeqCst)
+                && let Err(e) = store::unlisten(&self.shared.pool, &s.relay_id).await
+            {
+                tracing::warn!(error = %e, "could not withdraw the listener registration; it expires by itself");
+            }
             tracing::info!("relay stopped");
             result
         }
@@ -437,7 +451,8 @@ impl<P: Publisher> Relay<P> {
 
     async fn worker(self, stop: watch::Receiver<bool>, hard: watch::Receiver<bool>) -> Result<()> {
         let s = &self.shared.settings;
-        let mut idle_backoff = Duration::ZERO;
+        let mut backoff = Duration::ZERO;
+        let mut quiet_since: Option<tokio::time::Instant> = None;
         loop {
             if *stop.borrow() {
                 return Ok(());
@@ -445,38 +460,57 @@ impl<P: Publisher> Relay<P> {
             let notified = self.shared.wake.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let mode = if *stop.borrow() {
-                Stop::Graceful
-            } else {
-                Stop::Run
-            };
+            let mode = if *stop.borrow() { Stop::Graceful } else { Stop::Run };
             let wait = match self.batch(hard.clone(), mode).await {
-                Ok(report) if report.published > 0 => {
-                    idle_backoff = Duration::ZERO;
-                    continue;
+                Ok(report) if report.claimed == 0 => {
+                    // Linger: poll fast for a while after the last work, without asking for
+                    // notifications; then register and wait for one (or for the poll).
+                    let since = *quiet_since.get_or_insert_with(tokio::time::Instant::now);
+                    if since.elapsed() < s.linger {
+                        s.fast_poll_interval
+                    } else {
+                        let already = self.shared.listening.swap(true, Ordering::SeqCst);
+                        if let Err(e) = store::listen(&self.shared.pool, &s.relay_id, s.poll_interval * 3).await {
+                            // Without the registration commits do not notify: keep polling fast.
+                            self.shared.listening.store(false, Ordering::SeqCst);
+                            tracing::warn!(error = %e, "cannot register for notifications; polling");
+                            s.fast_poll_interval.max(Duration::from_millis(100))
+                        } else if already {
+                            s.poll_interval
+                        } else {
+                            // Just registered: a commit whose trigger ran before the registration
+                            // may become visible a moment later, so look once more shortly.
+                            s.fast_poll_interval * 10
+                        }
+                    }
                 }
-                Ok(report) if report.claimed == 0 => s.poll_interval,
-                Ok(report) if report.retried + report.quarantined == 0 => continue,
-                Ok(_) => {
+                Ok(report) => {
+                    quiet_since = None;
+                    if self.shared.listening.swap(false, Ordering::SeqCst)
+                        && let Err(e) = store::unlisten(&self.shared.pool, &s.relay_id).await
+                    {
+                        tracing::debug!(error = %e, "could not withdraw the listener registration; it expires by itself");
+                    }
+                    if report.published > 0 || report.retried + report.quarantined == 0 {
+                        backoff = Duration::ZERO;
+                        continue;
+                    }
                     // Nothing of a claimed batch got through (broker down?): back off before
                     // claiming more, so that a broker outage is not a hot loop over the backlog.
-                    idle_backoff = (idle_backoff * 2).clamp(
-                        Duration::from_millis(100),
-                        s.poll_interval.max(Duration::from_secs(5)),
-                    );
-                    idle_backoff
+                    backoff =
+                        (backoff * 2).clamp(Duration::from_millis(100), s.poll_interval.max(Duration::from_secs(5)));
+                    backoff
                 }
                 Err(Error::Crashed) => return Err(Error::Crashed),
                 Err(e) => {
                     tracing::warn!(error = %e, kind = %e.kind(), "relay round failed; retrying");
-                    idle_backoff = (idle_backoff * 2)
-                        .clamp(Duration::from_millis(100), Duration::from_secs(5));
-                    idle_backoff
+                    backoff = (backoff * 2).clamp(Duration::from_millis(100), Duration::from_secs(5));
+                    backoff
                 }
             };
             let mut stop_rx = stop.clone();
             tokio::select! {
-                () = &mut notified => {}
+                () = &mut notified => quiet_since = None,
                 () = tokio::time::sleep(wait) => {}
                 _ = stop_rx.wait_for(|s| *s) => {}
             }
@@ -509,10 +543,7 @@ impl<P: Publisher> Relay<P> {
         let pool = &self.shared.pool;
         let token = Uuid::new_v4();
         let claimed = store::claim(pool, s.batch_size, &s.relay_id, token, s.lease).await?;
-        let mut report = BatchReport {
-            claimed: claimed.len(),
-            ..BatchReport::default()
-        };
+        let mut report = BatchReport { claimed: claimed.len(), ..BatchReport::default() };
         if claimed.is_empty() {
             return Ok(report);
         }
@@ -534,11 +565,8 @@ impl<P: Publisher> Relay<P> {
 
         // Await the confirms until the timeout, or until a hard stop cuts the wait short.
         let mut outcomes: Vec<Option<PublishOutcome>> = vec![None; claimed.len()];
-        let mut pending: FuturesUnordered<_> = confirms
-            .into_iter()
-            .enumerate()
-            .map(|(i, f)| async move { (i, f.await) })
-            .collect();
+        let mut pending: FuturesUnordered<_> =
+            confirms.into_iter().enumerate().map(|(i, f)| async move { (i, f.await) }).collect();
         let timeout = tokio::time::sleep(s.confirm_timeout);
         tokio::pin!(timeout);
         let mut cut_short = false;
@@ -562,11 +590,8 @@ impl<P: Publisher> Relay<P> {
             let failure = match outcome {
                 Some(PublishOutcome::Confirmed) => {
                     published.push(*id.as_uuid());
-                    metrics::histogram!("outbox_commit_to_confirm_seconds").record(
-                        now.duration_since(c.event.created_at)
-                            .unwrap_or_default()
-                            .as_secs_f64(),
-                    );
+                    metrics::histogram!("outbox_commit_to_confirm_seconds")
+                        .record(now.duration_since(c.event.created_at).unwrap_or_default().as_secs_f64());
                     continue;
                 }
                 Some(PublishOutcome::Failed(f)) => f,
@@ -574,38 +599,21 @@ impl<P: Publisher> Relay<P> {
                     released.push(*id.as_uuid());
                     continue;
                 }
-                None => PublishFailure::new(
-                    FailureKind::Transient,
-                    "no confirm from the broker within the confirm timeout",
-                ),
+                None => {
+                    PublishFailure::new(FailureKind::Transient, "no confirm from the broker within the confirm timeout")
+                }
             };
-            let (quarantine, delay) = match s.retry.decide(
-                c.attempts,
-                c.event.created_at,
-                now,
-                failure.kind,
-            ) {
+            let (quarantine, delay) = match s.retry.decide(c.attempts, c.event.created_at, now, failure.kind) {
                 RetryDecision::RetryAt(t) => (false, t.duration_since(now).unwrap_or_default()),
                 RetryDecision::Quarantine(reason) => {
                     tracing::warn!(event_id = %id, entity = ?c.event.entity.as_ref().map(|e| &e.key), kind = %failure.kind, %reason, "outbox.quarantine");
                     (true, Duration::ZERO)
                 }
             };
-            metrics::counter!("outbox_publish_failures_total", "kind" => failure.kind.as_str())
-                .increment(1);
+            metrics::counter!("outbox_publish_failures_total", "kind" => failure.kind.as_str()).increment(1);
             tracing::debug!(event_id = %id, kind = %failure.kind, reason = %failure.reason, attempts = c.attempts, "outbox.publish_failed");
-            let reason = if quarantine {
-                format!("{} (quarantined)", failure.reason)
-            } else {
-                failure.reason
-            };
-            failures.push(store::Failure {
-                id,
-                quarantine,
-                delay,
-                reason,
-                kind: failure.kind,
-            });
+            let reason = if quarantine { format!("{} (quarantined)", failure.reason) } else { failure.reason };
+            failures.push(store::Failure { id, quarantine, delay, reason, kind: failure.kind });
         }
 
         let owned = store::mark_published(pool, &published, token).await?;
@@ -615,8 +623,7 @@ impl<P: Publisher> Relay<P> {
         report.retried = failures.len() - report.quarantined;
         let owned = store::mark_failed(pool, &failures, token).await?;
         report.lost_claims += failures.len() - usize::try_from(owned).unwrap_or(0);
-        report.released =
-            usize::try_from(store::release(pool, &released, token).await?).unwrap_or(0);
+        report.released = usize::try_from(store::release(pool, &released, token).await?).unwrap_or(0);
 
         metrics::counter!("outbox_published_total").increment(report.published as u64);
         metrics::counter!("outbox_quarantined_total").increment(report.quarantined as u64);

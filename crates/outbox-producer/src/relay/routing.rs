@@ -48,10 +48,7 @@ pub struct Partitioned {
 impl Partitioned {
     /// `partitions` routing keys `partition.0` … `partition.{n-1}`.
     pub fn new(partitions: u32) -> Self {
-        Self {
-            partitions: partitions.max(1),
-            prefix: "partition.".to_owned(),
-        }
+        Self { partitions: partitions.max(1), prefix: "partition.".to_owned() }
     }
 
     /// Sets the routing key prefix. Defaults to `partition.`.

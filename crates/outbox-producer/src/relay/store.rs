@@ -17,12 +17,19 @@ pub(crate) struct Claimed {
     pub(crate) attempts: u32,
 }
 
-/// Claims up to `batch` due rows whose predecessor is done, and defers rows whose predecessor is
-/// quarantined (until an operator acts) or waiting for a retry (until that retry), so that blocked
-/// entities are not rescanned on every claim.
+/// Claims up to `batch` due rows whose predecessor is done.
+///
+/// Rows whose predecessor is not done are deferred so that they stop crowding the scan window:
+/// - predecessor quarantined: until an operator retries or skips it (`admin` wakes them);
+/// - predecessor waiting for a retry: until that retry;
+/// - predecessor in flight or due but outside the window, only when the window holds fewer ready
+///   rows than a batch (blocked rows crowd it, for example after a crashed relay's leases
+///   expired): until four leases after the predecessor's due time. Publishing a row wakes its
+///   successor at once (`MARK_PUBLISHED`), so the deferral is only a bound.
 const CLAIM: &str = "\
 WITH cand AS (
-    SELECT e.id, p.status AS p_status, p.next_attempt_at AS p_next, p.lease_owner AS p_owner
+    SELECT e.id, (p.status IS NULL OR p.status IN ('published', 'skipped')) AS ready,
+           p.status AS p_status, p.next_attempt_at AS p_next, p.lease_owner AS p_owner
     FROM outbox_events e
     LEFT JOIN LATERAL (
         SELECT q.status, q.next_attempt_at, q.lease_owner FROM outbox_events q
@@ -32,14 +39,22 @@ WITH cand AS (
     ORDER BY e.next_attempt_at, e.id
     LIMIT $1
     FOR UPDATE OF e SKIP LOCKED
+), stats AS (
+    SELECT count(*) AS scanned, count(*) FILTER (WHERE ready) AS ready FROM cand
 ), ready AS (
-    SELECT id FROM cand WHERE p_status IS NULL OR p_status IN ('published', 'skipped') LIMIT $2
+    SELECT id FROM cand WHERE ready LIMIT $2
 ), deferred AS (
     UPDATE outbox_events o
-    SET next_attempt_at = CASE WHEN cand.p_status = 'quarantined' THEN 'infinity'::timestamptz ELSE cand.p_next END
-    FROM cand
-    WHERE o.id = cand.id
-      AND (cand.p_status = 'quarantined' OR (cand.p_status = 'pending' AND cand.p_owner IS NULL AND cand.p_next > now()))
+    SET next_attempt_at = CASE
+            WHEN cand.p_status = 'quarantined' THEN 'infinity'::timestamptz
+            WHEN cand.p_owner IS NULL AND cand.p_next > now() THEN cand.p_next
+            ELSE greatest(cand.p_next, now()) + make_interval(secs => $6)
+        END
+    FROM cand, stats
+    WHERE o.id = cand.id AND NOT cand.ready
+      AND (cand.p_status = 'quarantined'
+           OR (cand.p_owner IS NULL AND cand.p_next > now())
+           OR (stats.scanned = $1 AND stats.ready < $2))
     RETURNING o.id
 )
 UPDATE outbox_events o
@@ -50,10 +65,21 @@ WHERE o.id = ready.id
 RETURNING o.id, o.event_type, o.event_version, o.entity_key, o.seq, o.payload, o.content_type, o.headers,
           o.correlation_id, o.causation_id, o.traceparent, o.created_at, o.attempts";
 
+/// Marks confirmed rows published and makes each one's successor due at once (it may have been
+/// deferred while this row was in flight).
 const MARK_PUBLISHED: &str = "\
-UPDATE outbox_events
-SET status = 'published', published_at = now(), lease_owner = NULL, claim_token = NULL
-WHERE id = ANY($1) AND claim_token = $2 AND status = 'pending'";
+WITH done AS (
+    UPDATE outbox_events
+    SET status = 'published', published_at = now(), lease_owner = NULL, claim_token = NULL
+    WHERE id = ANY($1) AND claim_token = $2 AND status = 'pending'
+    RETURNING entity_key, seq
+), woken AS (
+    UPDATE outbox_events s SET next_attempt_at = now()
+    FROM done
+    WHERE s.entity_key = done.entity_key AND s.seq = done.seq + 1 AND s.status = 'pending' AND s.next_attempt_at > now()
+    RETURNING 1
+)
+SELECT count(*) FROM done";
 
 const MARK_FAILED: &str = "\
 UPDATE outbox_events o
@@ -81,27 +107,18 @@ pub(crate) struct Failure {
 
 fn headers_from_json(id: Uuid, value: serde_json::Value) -> Result<Headers> {
     let serde_json::Value::Object(map) = value else {
-        return Err(Error::CorruptRow {
-            id,
-            what: "headers is not a JSON object",
-        });
+        return Err(Error::CorruptRow { id, what: "headers is not a JSON object" });
     };
     map.into_iter()
         .map(|(k, v)| {
             let v = match v {
                 serde_json::Value::String(s) => HeaderValue::String(s),
                 serde_json::Value::Bool(b) => HeaderValue::Bool(b),
-                serde_json::Value::Number(n) => {
-                    HeaderValue::Int(n.as_i64().ok_or(Error::CorruptRow {
-                        id,
-                        what: "header number is not an integer",
-                    })?)
-                }
+                serde_json::Value::Number(n) => HeaderValue::Int(
+                    n.as_i64().ok_or(Error::CorruptRow { id, what: "header number is not an integer" })?,
+                ),
                 _ => {
-                    return Err(Error::CorruptRow {
-                        id,
-                        what: "header value is not a string, integer or boolean",
-                    });
+                    return Err(Error::CorruptRow { id, what: "header value is not a string, integer or boolean" });
                 }
             };
             Ok((k, v))
@@ -117,17 +134,11 @@ fn event_from_row(row: &sqlx::postgres::PgRow) -> Result<Claimed> {
     let entity = match (entity_key, seq) {
         (Some(key), Some(seq)) => Some(Entity {
             key,
-            seq: u64::try_from(seq).map_err(|_| Error::CorruptRow {
-                id,
-                what: "negative sequence",
-            })?,
+            seq: u64::try_from(seq).map_err(|_| Error::CorruptRow { id, what: "negative sequence" })?,
         }),
         (None, None) => None,
         _ => {
-            return Err(Error::CorruptRow {
-                id,
-                what: "entity key without sequence",
-            });
+            return Err(Error::CorruptRow { id, what: "entity key without sequence" });
         }
     };
     let created_at: DateTime<Utc> = row.try_get("created_at")?;
@@ -135,25 +146,17 @@ fn event_from_row(row: &sqlx::postgres::PgRow) -> Result<Claimed> {
     let event = Event {
         id: EventId::from_uuid(id),
         event_type: row.try_get("event_type")?,
-        event_version: u32::try_from(version).map_err(|_| Error::CorruptRow {
-            id,
-            what: "event version out of range",
-        })?,
+        event_version: u32::try_from(version)
+            .map_err(|_| Error::CorruptRow { id, what: "event version out of range" })?,
         entity,
-        payload: Payload::new(
-            row.try_get::<Vec<u8>, _>("payload")?,
-            row.try_get::<String, _>("content_type")?,
-        ),
+        payload: Payload::new(row.try_get::<Vec<u8>, _>("payload")?, row.try_get::<String, _>("content_type")?),
         correlation_id: row.try_get("correlation_id")?,
         causation_id: row.try_get("causation_id")?,
         traceparent: row.try_get("traceparent")?,
         headers: headers_from_json(id, row.try_get("headers")?)?,
         created_at: SystemTime::from(created_at),
     };
-    Ok(Claimed {
-        event,
-        attempts: u32::try_from(attempts).unwrap_or(0),
-    })
+    Ok(Claimed { event, attempts: u32::try_from(attempts).unwrap_or(0) })
 }
 
 /// Claims due, ready rows under `token`, leased for `lease`.
@@ -171,6 +174,7 @@ pub(crate) async fn claim(
         .bind(owner)
         .bind(token)
         .bind(lease.as_secs_f64())
+        .bind(lease.as_secs_f64() * 4.0)
         .fetch_all(pool)
         .await?;
     rows.iter().map(event_from_row).collect()
@@ -181,12 +185,8 @@ pub(crate) async fn mark_published(pool: &PgPool, ids: &[Uuid], token: Uuid) -> 
     if ids.is_empty() {
         return Ok(0);
     }
-    Ok(sqlx::query(MARK_PUBLISHED)
-        .bind(ids)
-        .bind(token)
-        .execute(pool)
-        .await?
-        .rows_affected())
+    let owned: i64 = sqlx::query_scalar(MARK_PUBLISHED).bind(ids).bind(token).fetch_one(pool).await?;
+    Ok(u64::try_from(owned).unwrap_or(0))
 }
 
 /// Records failures (retry later or quarantine); returns how many this claim still owned.
@@ -216,10 +216,25 @@ pub(crate) async fn release(pool: &PgPool, ids: &[Uuid], token: Uuid) -> Result<
     if ids.is_empty() {
         return Ok(0);
     }
-    Ok(sqlx::query(RELEASE)
-        .bind(ids)
-        .bind(token)
-        .execute(pool)
-        .await?
-        .rows_affected())
+    Ok(sqlx::query(RELEASE).bind(ids).bind(token).execute(pool).await?.rows_affected())
+}
+
+/// Registers `relay_id` as waiting for notifications until `ttl` from now.
+pub(crate) async fn listen(pool: &PgPool, relay_id: &str, ttl: Duration) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO outbox_relay_listeners (relay_id, listening_until)
+         VALUES ($1, clock_timestamp() + make_interval(secs => $2))
+         ON CONFLICT (relay_id) DO UPDATE SET listening_until = EXCLUDED.listening_until",
+    )
+    .bind(relay_id)
+    .bind(ttl.as_secs_f64())
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Withdraws the registration: the relay is busy, commits need not notify.
+pub(crate) async fn unlisten(pool: &PgPool, relay_id: &str) -> Result<()> {
+    sqlx::query("DELETE FROM outbox_relay_listeners WHERE relay_id = $1").bind(relay_id).execute(pool).await?;
+    Ok(())
 }

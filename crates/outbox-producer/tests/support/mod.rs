@@ -22,20 +22,11 @@ impl Env {
     pub async fn new() -> Self {
         let db = TestDb::new().await.expect("test db");
         let broker = TestBroker::new().await.expect("broker");
-        let exchange = broker
-            .declare_exchange("events", lapin::ExchangeKind::Topic)
-            .await
-            .expect("exchange");
+        let exchange = broker.declare_exchange("events", lapin::ExchangeKind::Topic).await.expect("exchange");
         let queue = broker.declare_queue("all").await.expect("queue");
         broker.bind(&queue, &exchange, "#").await.expect("bind");
         let recorder = Recorder::start(&queue).await.expect("recorder");
-        Self {
-            db,
-            broker,
-            exchange,
-            queue,
-            recorder,
-        }
+        Self { db, broker, exchange, queue, recorder }
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -65,17 +56,11 @@ impl Env {
 }
 
 pub fn publisher() -> AmqpPublisher {
-    AmqpPublisher::builder(outbox_testkit::amqp_url())
-        .connect_timeout(Duration::from_secs(2))
-        .build()
+    AmqpPublisher::builder(outbox_testkit::amqp_url()).connect_timeout(Duration::from_secs(2)).build()
 }
 
 pub fn event(entity: Option<&str>) -> NewEvent {
-    let e = NewEvent::json(
-        "order.changed",
-        &serde_json::json!({ "pad": "x".repeat(200) }),
-    )
-    .expect("json");
+    let e = NewEvent::json("order.changed", &serde_json::json!({ "pad": "x".repeat(200) })).expect("json");
     match entity {
         Some(k) => e.entity(k),
         None => e,
@@ -84,12 +69,7 @@ pub fn event(entity: Option<&str>) -> NewEvent {
 
 /// Commits `per_entity` events for each of `entities` entities, interleaved, plus `unordered`
 /// events without entity; returns the ids in commit order.
-pub async fn enqueue(
-    pool: &PgPool,
-    entities: usize,
-    per_entity: usize,
-    unordered: usize,
-) -> Vec<Uuid> {
+pub async fn enqueue(pool: &PgPool, entities: usize, per_entity: usize, unordered: usize) -> Vec<Uuid> {
     let outbox = Outbox::new();
     let mut ids = Vec::new();
     let mut batch = Vec::new();
@@ -102,10 +82,7 @@ pub async fn enqueue(
         }
         if batch.len() >= 1000 || round + 1 == per_entity {
             let mut tx = pool.begin().await.expect("begin");
-            let got: Vec<EventId> = outbox
-                .enqueue_many(&mut *tx, std::mem::take(&mut batch))
-                .await
-                .expect("enqueue");
+            let got: Vec<EventId> = outbox.enqueue_many(&mut *tx, std::mem::take(&mut batch)).await.expect("enqueue");
             tx.commit().await.expect("commit");
             ids.extend(got.into_iter().map(|id| *id.as_uuid()));
         }
