@@ -208,22 +208,33 @@ impl TestBroker {
     /// # Errors
     /// [`crate::Error::NotConfirmed`] naming the first event the broker did not confirm.
     pub async fn publish_events(&self, exchange: &str, routing_key: &str, events: &[outbox_core::Event]) -> Result<()> {
+        let routed: Vec<(String, outbox_core::Event)> = events.iter().map(|e| (routing_key.to_owned(), e.clone())).collect();
+        self.publish_routed(exchange, &routed).await
+    }
+
+    /// Like [`TestBroker::publish_events`], each event with its own routing key, in the order given.
+    ///
+    /// # Errors
+    /// [`crate::Error::NotConfirmed`] naming the first event the broker did not confirm.
+    pub async fn publish_routed(&self, exchange: &str, events: &[(String, outbox_core::Event)]) -> Result<()> {
         use outbox_core::{OutgoingMessage, PublishOutcome, Publisher};
         let publisher = outbox_producer::AmqpPublisher::builder(self.url.clone()).build();
-        let batch = events
-            .iter()
-            .map(|e| OutgoingMessage {
-                event_id: e.id,
-                exchange: exchange.to_owned(),
-                routing_key: routing_key.to_owned(),
-                message: outbox_core::wire::encode(e, Some("testkit")),
-            })
-            .collect();
-        let confirms = publisher.publish(batch).await;
-        for (event, confirm) in events.iter().zip(confirms) {
-            if confirm.await != PublishOutcome::Confirmed {
-                publisher.close().await;
-                return Err(crate::Error::NotConfirmed(event.id));
+        for chunk in events.chunks(1000) {
+            let batch = chunk
+                .iter()
+                .map(|(key, e)| OutgoingMessage {
+                    event_id: e.id,
+                    exchange: exchange.to_owned(),
+                    routing_key: key.clone(),
+                    message: outbox_core::wire::encode(e, Some("testkit")),
+                })
+                .collect();
+            let confirms = publisher.publish(batch).await;
+            for ((_, event), confirm) in chunk.iter().zip(confirms) {
+                if confirm.await != PublishOutcome::Confirmed {
+                    publisher.close().await;
+                    return Err(crate::Error::NotConfirmed(event.id));
+                }
             }
         }
         publisher.close().await;

@@ -1,0 +1,222 @@
+//! Ordered parallel consumption over partition queues with single active consumers, and the whole
+//! product end to end: producer, relay, consumer.
+
+use std::time::{Duration, SystemTime};
+
+use lapin::ExchangeKind;
+use outbox_consumer::{HandlerError, InboxLayer, InboxRequest, InboxRunner, Topology};
+use outbox_core::{Entity, Event, EventId, Headers, NewEvent, Payload, RetryPolicy};
+use outbox_producer::{AmqpPublisher, Outbox, Partitioned, Relay, RoutingStrategy};
+use outbox_testkit::{TestBroker, TestDb, wait_for};
+use rand::seq::SliceRandom;
+use sqlx::PgPool;
+use tower::Layer;
+
+const PARTITIONS: u32 = 4;
+
+/// The handler of both tests: one row per applied event, in the inbox's transaction.
+async fn apply(mut req: InboxRequest) -> Result<InboxRequest, HandlerError> {
+    let body: serde_json::Value = req.event().payload.json().map_err(|_| HandlerError::permanent("not JSON"))?;
+    let entity = req.event().entity.as_ref().map(|e| (e.key.clone(), e.seq as i64));
+    let (key, seq) = entity.ok_or_else(|| HandlerError::permanent("unordered event"))?;
+    sqlx::query("INSERT INTO applied (entity, seq, version) VALUES ($1, $2, $3)")
+        .bind(key)
+        .bind(seq)
+        .bind(body["version"].as_i64())
+        .execute(req.conn())
+        .await?;
+    Ok(req)
+}
+
+async fn applied_table(pool: &PgPool) {
+    sqlx::query("CREATE TABLE applied (n bigserial PRIMARY KEY, entity text NOT NULL, seq bigint NOT NULL, version bigint)")
+        .execute(pool)
+        .await
+        .expect("create");
+}
+
+/// Per entity, the sequence numbers in the order they were applied.
+async fn applied_per_entity(pool: &PgPool) -> std::collections::HashMap<String, Vec<i64>> {
+    let rows: Vec<(String, i64)> =
+        sqlx::query_as("SELECT entity, seq FROM applied ORDER BY n").fetch_all(pool).await.expect("applied");
+    let mut map: std::collections::HashMap<String, Vec<i64>> = std::collections::HashMap::new();
+    for (entity, seq) in rows {
+        map.entry(entity).or_default().push(seq);
+    }
+    map
+}
+
+async fn count(pool: &PgPool, sql: &'static str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(pool).await.expect("count")
+}
+
+async fn partitions(broker: &TestBroker, exchange: &str) -> Topology {
+    let base = broker.name("shipping");
+    let topology = outbox_consumer::declare_partitions(broker.channel(), exchange, &base, "partition.", PARTITIONS)
+        .await
+        .expect("partitions");
+    for q in topology.queues.iter().chain([&topology.dead_letter_queue]) {
+        broker.remember_queue(q);
+    }
+    broker.remember_exchange(&topology.dead_letter_exchange);
+    topology
+}
+
+fn runner(pool: &PgPool, topology: &Topology) -> outbox_consumer::RunnerHandle {
+    let service = InboxLayer::new(pool.clone(), "shipping").layer(tower::service_fn(apply));
+    InboxRunner::builder(outbox_testkit::amqp_url(), service)
+        .topology(topology)
+        .prefetch(100)
+        .concurrency(8)
+        .retry_policy(RetryPolicy::default().initial_delay(Duration::from_millis(100)).max_delay(Duration::from_secs(1)))
+        .sweep_interval(Duration::from_millis(500))
+        .build()
+        .expect("runner")
+        .spawn()
+}
+
+/// Three consumers on four partition queues, 1,000 entities, events published in a shuffled
+/// order across entities; one consumer dies half-way. Every event is applied once, in order.
+#[tokio::test]
+async fn three_consumers_on_four_partitions_apply_1000_entities_once_and_in_order() {
+    let db = TestDb::new().await.expect("db");
+    applied_table(db.pool()).await;
+    let broker = TestBroker::new().await.expect("broker");
+    let exchange = broker.declare_exchange("events", ExchangeKind::Topic).await.expect("exchange");
+    let topology = partitions(&broker, &exchange).await;
+    let routing = Partitioned::new(PARTITIONS);
+
+    // Five events per entity; the entities' events interleaved at random, each entity in order.
+    let mut slots: Vec<usize> = (0..1000).flat_map(|e| std::iter::repeat_n(e, 5)).collect();
+    slots.shuffle(&mut rand::rng());
+    let mut next = vec![0u64; 1000];
+    let events: Vec<(String, Event)> = slots
+        .into_iter()
+        .map(|e| {
+            next[e] += 1;
+            let event = Event {
+                id: EventId::new(),
+                event_type: "order.changed".to_owned(),
+                event_version: 1,
+                entity: Some(Entity { key: format!("order-{e}"), seq: next[e] }),
+                payload: Payload::new(
+                    serde_json::to_vec(&serde_json::json!({ "version": next[e] })).expect("json"),
+                    "application/json",
+                ),
+                correlation_id: None,
+                causation_id: None,
+                traceparent: None,
+                headers: Headers::new(),
+                created_at: SystemTime::now(),
+            };
+            (routing.routing_key(&event), event)
+        })
+        .collect();
+
+    let consumers: Vec<_> = (0..3).map(|_| runner(db.pool(), &topology)).collect();
+    let (first, second) = events.split_at(events.len() / 2);
+    broker.publish_routed(&exchange, first).await.expect("publish");
+    wait_for("a quarter applied", Duration::from_secs(60), || async {
+        (count(db.pool(), "SELECT count(*) FROM applied").await >= 1250).then_some(())
+    })
+    .await
+    .expect("progress");
+    // The consumer that registered first is the active one on every partition: kill it.
+    consumers[0].abort();
+    broker.publish_routed(&exchange, second).await.expect("publish");
+    wait_for("every event applied", Duration::from_secs(120), || async {
+        (count(db.pool(), "SELECT count(*) FROM applied").await >= 5000).then_some(())
+    })
+    .await
+    .expect("all applied");
+    for c in consumers.into_iter().skip(1) {
+        c.shutdown().await.expect("shutdown");
+    }
+
+    let per_entity = applied_per_entity(db.pool()).await;
+    assert_eq!(per_entity.len(), 1000);
+    for (entity, seqs) in &per_entity {
+        assert_eq!(seqs, &[1, 2, 3, 4, 5], "{entity}: applied out of order or more than once");
+    }
+    assert_eq!(count(db.pool(), "SELECT count(*) FROM applied").await, 5000);
+    broker.close().await.expect("cleanup");
+    db.close().await.expect("cleanup");
+}
+
+/// End to end: a producer writes 10,000 changes with their events, the relay publishes them over
+/// partitions, two consumers apply them; the consumer's table matches the producer's exactly.
+#[tokio::test]
+async fn end_to_end_10000_events_producer_table_equals_consumer_table() {
+    let db = TestDb::new().await.expect("db");
+    let pool = db.pool();
+    applied_table(pool).await;
+    sqlx::query("CREATE TABLE orders (id bigint PRIMARY KEY, version bigint NOT NULL)").execute(pool).await.expect("orders");
+    sqlx::query("INSERT INTO orders SELECT g, 0 FROM generate_series(1, 500) g").execute(pool).await.expect("seed");
+    let broker = TestBroker::new().await.expect("broker");
+    let exchange = broker.declare_exchange("events", ExchangeKind::Topic).await.expect("exchange");
+    let topology = partitions(&broker, &exchange).await;
+
+    let relay = Relay::builder(pool.clone(), AmqpPublisher::builder(outbox_testkit::amqp_url()).build())
+        .exchange(&exchange)
+        .declare_exchange(false)
+        .routing(Partitioned::new(PARTITIONS))
+        .build()
+        .expect("relay")
+        .spawn();
+    let consumers: Vec<_> = (0..2).map(|_| runner(pool, &topology)).collect();
+
+    // 8 writers, each 1,250 transactions: bump a random order's version and enqueue its event.
+    let outbox = Outbox::new();
+    let writers = (0..8).map(|w| {
+        let (pool, outbox) = (pool.clone(), outbox.clone());
+        tokio::spawn(async move {
+            use rand::Rng;
+            for _ in 0..1250 {
+                let id: i64 = rand::rng().random_range(1..=500);
+                let mut tx = pool.begin().await.expect("begin");
+                let version: i64 = sqlx::query_scalar("UPDATE orders SET version = version + 1 WHERE id = $1 RETURNING version")
+                    .bind(id)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .expect("update");
+                let event = NewEvent::json("order.changed", &serde_json::json!({ "order_id": id, "version": version }))
+                    .expect("json")
+                    .entity(format!("order-{id}"));
+                outbox.enqueue(&mut *tx, event).await.expect("enqueue");
+                tx.commit().await.expect("commit");
+            }
+            w
+        })
+    });
+    for w in writers.collect::<Vec<_>>() {
+        w.await.expect("writer");
+    }
+    wait_for("every event applied", Duration::from_secs(180), || async {
+        (count(pool, "SELECT count(*) FROM applied").await >= 10_000).then_some(())
+    })
+    .await
+    .expect("all applied");
+    relay.shutdown().await.expect("relay shutdown");
+    for c in consumers {
+        c.shutdown().await.expect("consumer shutdown");
+    }
+
+    // Each order's events were applied exactly once, in version order, up to the producer's version.
+    let mismatches: i64 = count(
+        pool,
+        "SELECT count(*) FROM orders o
+         FULL JOIN (SELECT entity, count(*) AS n, max(version) AS v,
+                           bool_and(version = seq) AS in_step FROM applied GROUP BY entity) a
+           ON a.entity = 'order-' || o.id
+         WHERE o.version > 0 AND (a.n IS DISTINCT FROM o.version OR a.v IS DISTINCT FROM o.version OR NOT a.in_step)",
+    )
+    .await;
+    assert_eq!(mismatches, 0, "the consumer's table differs from the producer's");
+    for (entity, seqs) in applied_per_entity(pool).await {
+        assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{entity} applied out of order: {seqs:?}");
+    }
+    assert_eq!(count(pool, "SELECT count(*) FROM applied").await, 10_000);
+    assert_eq!(count(pool, "SELECT coalesce(sum(version), 0)::bigint FROM orders").await, 10_000);
+    broker.close().await.expect("cleanup");
+    db.close().await.expect("cleanup");
+}
