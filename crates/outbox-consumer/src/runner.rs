@@ -87,6 +87,7 @@ impl Counters {
 /// Builder of an [`InboxRunner`].
 pub struct InboxRunnerBuilder<S> {
     url: String,
+    connection_name: String,
     service: InboxService<S>,
     queues: Vec<String>,
     dead_letter_exchange: Option<String>,
@@ -107,6 +108,13 @@ impl<S> std::fmt::Debug for InboxRunnerBuilder<S> {
 }
 
 impl<S> InboxRunnerBuilder<S> {
+    /// Sets the connection name shown in RabbitMQ's management UI. Defaults to `outbox-inbox`.
+    #[must_use]
+    pub fn connection_name(mut self, name: impl Into<String>) -> Self {
+        self.connection_name = name.into();
+        self
+    }
+
     /// Consumes `queue` (call again for more queues, for example every partition). Required.
     #[must_use]
     pub fn queue(mut self, queue: impl Into<String>) -> Self {
@@ -194,6 +202,7 @@ impl<S> InboxRunnerBuilder<S> {
         Ok(InboxRunner {
             shared: Arc::new(Shared {
                 url: self.url,
+                connection_name: self.connection_name,
                 service: self.service,
                 queues: self.queues,
                 dead_letter_exchange: dlx,
@@ -215,6 +224,7 @@ impl<S> InboxRunnerBuilder<S> {
 
 struct Shared<S> {
     url: String,
+    connection_name: String,
     service: InboxService<S>,
     queues: Vec<String>,
     dead_letter_exchange: String,
@@ -329,6 +339,7 @@ where
     pub fn builder(url: impl Into<String>, service: InboxService<S>) -> InboxRunnerBuilder<S> {
         InboxRunnerBuilder {
             url: url.into(),
+            connection_name: "outbox-inbox".to_owned(),
             service,
             queues: Vec::new(),
             dead_letter_exchange: None,
@@ -389,10 +400,12 @@ where
     /// One connection's life. `Ok(true)`: shut down gracefully; `Ok(false)`/`Err`: reconnect.
     async fn session(&self, shutdown: &mut (impl Future<Output = ()> + Unpin)) -> Result<bool> {
         let s = &self.shared;
-        let connection =
-            Connection::connect(&s.url, ConnectionProperties::default().with_connection_name("outbox-inbox".into()))
-                .await
-                .map_err(|e| amqp(&e))?;
+        let connection = Connection::connect(
+            &s.url,
+            ConnectionProperties::default().with_connection_name(s.connection_name.as_str().into()),
+        )
+        .await
+        .map_err(|e| amqp(&e))?;
         let channel = connection.create_channel().await.map_err(|e| amqp(&e))?;
         channel.basic_qos(s.prefetch, BasicQosOptions::default()).await.map_err(|e| amqp(&e))?;
         let dead_letters = connection.create_channel().await.map_err(|e| amqp(&e))?;

@@ -29,10 +29,12 @@ async fn apply(mut req: InboxRequest) -> Result<InboxRequest, HandlerError> {
 }
 
 async fn applied_table(pool: &PgPool) {
-    sqlx::query("CREATE TABLE applied (n bigserial PRIMARY KEY, entity text NOT NULL, seq bigint NOT NULL, version bigint)")
-        .execute(pool)
-        .await
-        .expect("create");
+    sqlx::query(
+        "CREATE TABLE applied (n bigserial PRIMARY KEY, entity text NOT NULL, seq bigint NOT NULL, version bigint)",
+    )
+    .execute(pool)
+    .await
+    .expect("create");
 }
 
 /// Per entity, the sequence numbers in the order they were applied.
@@ -68,7 +70,9 @@ fn runner(pool: &PgPool, topology: &Topology) -> outbox_consumer::RunnerHandle {
         .topology(topology)
         .prefetch(100)
         .concurrency(8)
-        .retry_policy(RetryPolicy::default().initial_delay(Duration::from_millis(100)).max_delay(Duration::from_secs(1)))
+        .retry_policy(
+            RetryPolicy::default().initial_delay(Duration::from_millis(100)).max_delay(Duration::from_secs(1)),
+        )
         .sweep_interval(Duration::from_millis(500))
         .build()
         .expect("runner")
@@ -150,7 +154,10 @@ async fn end_to_end_10000_events_producer_table_equals_consumer_table() {
     let db = TestDb::new().await.expect("db");
     let pool = db.pool();
     applied_table(pool).await;
-    sqlx::query("CREATE TABLE orders (id bigint PRIMARY KEY, version bigint NOT NULL)").execute(pool).await.expect("orders");
+    sqlx::query("CREATE TABLE orders (id bigint PRIMARY KEY, version bigint NOT NULL)")
+        .execute(pool)
+        .await
+        .expect("orders");
     sqlx::query("INSERT INTO orders SELECT g, 0 FROM generate_series(1, 500) g").execute(pool).await.expect("seed");
     let broker = TestBroker::new().await.expect("broker");
     let exchange = broker.declare_exchange("events", ExchangeKind::Topic).await.expect("exchange");
@@ -174,11 +181,12 @@ async fn end_to_end_10000_events_producer_table_equals_consumer_table() {
             for _ in 0..1250 {
                 let id: i64 = rand::rng().random_range(1..=500);
                 let mut tx = pool.begin().await.expect("begin");
-                let version: i64 = sqlx::query_scalar("UPDATE orders SET version = version + 1 WHERE id = $1 RETURNING version")
-                    .bind(id)
-                    .fetch_one(&mut *tx)
-                    .await
-                    .expect("update");
+                let version: i64 =
+                    sqlx::query_scalar("UPDATE orders SET version = version + 1 WHERE id = $1 RETURNING version")
+                        .bind(id)
+                        .fetch_one(&mut *tx)
+                        .await
+                        .expect("update");
                 let event = NewEvent::json("order.changed", &serde_json::json!({ "order_id": id, "version": version }))
                     .expect("json")
                     .entity(format!("order-{id}"));

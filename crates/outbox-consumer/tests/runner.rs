@@ -407,3 +407,31 @@ async fn malformed_deliveries_are_dead_lettered_with_a_reason_and_good_ones_flow
     assert_eq!(effects(env.db.pool(), "good").await, [1, 2]);
     env.close().await;
 }
+
+/// The broker drops the runner's connection: it reconnects with backoff, the deliveries in hand
+/// come back, and every event is applied once.
+#[tokio::test]
+async fn reconnects_after_the_broker_drops_the_connection() {
+    let env = Env::new().await;
+    let name = format!("inbox-test-{}", outbox_testkit::unique_suffix());
+    let handle = env.runner(service(env.db.pool())).connection_name(&name).build().expect("runner").spawn();
+    env.publish(&[event("r", 1), event("r", 2)]).await;
+    wait_for("first events applied", Duration::from_secs(10), || async {
+        (effects(env.db.pool(), "r").await.len() == 2).then_some(())
+    })
+    .await
+    .expect("applied");
+
+    let closed = outbox_testkit::close_connections_named(&name).await.expect("rabbitmqctl");
+    assert_eq!(closed, 1, "the runner's connection was found and closed");
+    env.publish(&[event("r", 3), event("r", 4)]).await;
+    wait_for("events after the reconnect applied", Duration::from_secs(30), || async {
+        (effects(env.db.pool(), "r").await.len() == 4).then_some(())
+    })
+    .await
+    .expect("reconnected");
+    assert!(!handle.is_finished());
+    handle.shutdown().await.expect("shutdown");
+    assert_eq!(effects(env.db.pool(), "r").await, [1, 2, 3, 4]);
+    env.close().await;
+}

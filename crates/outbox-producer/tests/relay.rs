@@ -237,3 +237,30 @@ async fn notification_wakes_an_idle_relay_without_waiting_for_the_poll() {
     handle.shutdown().await.expect("shutdown");
     env.close().await;
 }
+
+/// The broker drops the relay's connection mid-stream: the publisher reconnects, unconfirmed
+/// messages are sent again with the same ids, nothing is lost and order holds.
+#[tokio::test]
+async fn relay_reconnects_after_the_broker_drops_its_connection() {
+    let env = Env::new().await;
+    let name = format!("relay-test-{}", outbox_testkit::unique_suffix());
+    let publisher = outbox_producer::AmqpPublisher::builder(outbox_testkit::amqp_url()).connection_name(&name).build();
+    let policy =
+        outbox_core::RetryPolicy::default().initial_delay(Duration::from_millis(100)).max_delay(Duration::from_secs(1));
+    let handle = env.relay_with(publisher).retry_policy(policy).build().expect("relay").spawn();
+    let first = enqueue(env.pool(), 20, 5, 0).await;
+    env.recorder.wait_for_count(first.len(), Duration::from_secs(20)).await.expect("first wave");
+
+    assert_eq!(outbox_testkit::close_connections_named(&name).await.expect("rabbitmqctl"), 1);
+    let second = enqueue(env.pool(), 20, 5, 0).await;
+    let all: Vec<_> = first.iter().chain(&second).copied().collect();
+    outbox_testkit::wait_for("second wave delivered", Duration::from_secs(30), || async {
+        env.recorder.all_delivered(all.iter().copied()).ok()
+    })
+    .await
+    .expect("delivered after reconnecting");
+    wait_all_published(env.pool(), all.len() as i64, Duration::from_secs(10)).await;
+    handle.shutdown().await.expect("shutdown");
+    env.recorder.in_entity_order().expect("order");
+    env.close().await;
+}

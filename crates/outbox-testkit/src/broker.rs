@@ -208,7 +208,8 @@ impl TestBroker {
     /// # Errors
     /// [`crate::Error::NotConfirmed`] naming the first event the broker did not confirm.
     pub async fn publish_events(&self, exchange: &str, routing_key: &str, events: &[outbox_core::Event]) -> Result<()> {
-        let routed: Vec<(String, outbox_core::Event)> = events.iter().map(|e| (routing_key.to_owned(), e.clone())).collect();
+        let routed: Vec<(String, outbox_core::Event)> =
+            events.iter().map(|e| (routing_key.to_owned(), e.clone())).collect();
         self.publish_routed(exchange, &routed).await
     }
 
@@ -240,4 +241,31 @@ impl TestBroker {
         publisher.close().await;
         Ok(())
     }
+}
+
+/// Closes, from the broker's side, every open connection whose client-provided connection name
+/// contains `name` (as an operator or a broker restart would), and returns how many it closed.
+/// Uses `rabbitmqctl` on this machine; only the named connections are touched, so tests running in
+/// parallel are not disturbed. Give the component under test a unique connection name.
+///
+/// # Errors
+/// [`crate::Error::Io`] if `rabbitmqctl` cannot be run.
+pub async fn close_connections_named(name: &str) -> Result<usize> {
+    let out = tokio::process::Command::new("rabbitmqctl")
+        .args(["list_connections", "pid", "client_properties", "-q"])
+        .output()
+        .await?;
+    let listing = String::from_utf8_lossy(&out.stdout);
+    let mut closed = 0;
+    for line in listing.lines().filter(|l| l.contains(name)) {
+        let Some(pid) = line.split_whitespace().next() else { continue };
+        let status = tokio::process::Command::new("rabbitmqctl")
+            .args(["close_connection", pid, "closed by the test"])
+            .status()
+            .await?;
+        if status.success() {
+            closed += 1;
+        }
+    }
+    Ok(closed)
 }

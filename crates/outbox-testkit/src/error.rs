@@ -14,6 +14,9 @@ pub enum Error {
     /// RabbitMQ failed.
     #[error("broker error: {0}")]
     Amqp(#[from] lapin::Error),
+    /// A local command or file failed.
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
     /// The broker did not confirm a published message.
     #[error("the broker did not confirm event {0}")]
     NotConfirmed(outbox_core::EventId),

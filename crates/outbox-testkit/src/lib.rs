@@ -28,7 +28,7 @@ mod db;
 mod error;
 mod recorder;
 
-pub use broker::{TestBroker, amqp_url};
+pub use broker::{TestBroker, amqp_url, close_connections_named};
 pub use db::TestDb;
 pub use error::{Error, Result};
 pub use recorder::{Record, Recorder};
