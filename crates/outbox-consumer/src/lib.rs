@@ -10,6 +10,7 @@
 //! - The inbox tables are applied with [`migrate`], tracked apart from the application's own
 //!   migrations.
 
+pub mod admin;
 mod decode;
 mod error;
 mod inbox;

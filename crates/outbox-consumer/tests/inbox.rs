@@ -266,3 +266,76 @@ async fn composes_with_tower_timeout_concurrency_limit_and_retry() {
     assert_eq!(seen, 0, "a timed-out attempt leaves no inbox record");
     db.close().await.expect("cleanup");
 }
+
+/// A gap that never fills is visible with its age, and an operator can skip it: the parked events
+/// behind it are applied in order.
+#[tokio::test]
+async fn a_gap_is_visible_and_an_operator_can_skip_it() {
+    let db = TestDb::new().await.expect("db");
+    effects_table(db.pool()).await;
+    let mut svc = InboxLayer::new(db.pool().clone(), "shipping").layer(tower::service_fn(apply));
+    assert!(matches!(svc.call(event(Some(("g", 1)), 1)).await, Ok(Outcome::Applied { .. })));
+    assert_eq!(svc.call(event(Some(("g", 4)), 4)).await.expect("4"), Outcome::Parked);
+    assert_eq!(svc.call(event(Some(("g", 5)), 5)).await.expect("5"), Outcome::Parked);
+
+    let gaps = outbox_consumer::admin::list_gaps(db.pool(), "shipping").await.expect("gaps");
+    assert_eq!(gaps.len(), 1);
+    let gap = &gaps[0];
+    assert_eq!((gap.entity_key.as_str(), gap.last_seq, gap.first_parked_seq, gap.parked), ("g", 1, 4, 2));
+    assert!(gap.age_seconds >= 0.0 && gap.age_seconds < 60.0, "{gap:?}");
+
+    assert_eq!(svc.skip_gap("g").await.expect("skip"), 2, "4 and 5 applied after skipping 2 and 3");
+    assert_eq!(effects(db.pool(), "g").await, [1, 4, 5]);
+    assert!(outbox_consumer::admin::list_gaps(db.pool(), "shipping").await.expect("gaps").is_empty());
+    assert_eq!(
+        svc.call(event(Some(("g", 3)), 3)).await.expect("late 3"),
+        Outcome::Stale,
+        "a skipped number arriving late is stale"
+    );
+    db.close().await.expect("cleanup");
+}
+
+#[tokio::test]
+async fn an_operator_can_skip_a_failed_event_and_its_entity_flows_again() {
+    let db = TestDb::new().await.expect("db");
+    effects_table(db.pool()).await;
+    let handler = tower::service_fn(|req: InboxRequest| async move {
+        if req.event().entity.as_ref().is_some_and(|e| e.seq == 2) {
+            return Err(HandlerError::permanent("cannot ship to this address"));
+        }
+        apply(req).await
+    });
+    let mut svc = InboxLayer::new(db.pool().clone(), "shipping").layer(handler);
+    let e2 = event(Some(("s", 2)), 2);
+    svc.call(event(Some(("s", 1)), 1)).await.expect("1");
+    assert!(svc.call(e2.clone()).await.is_err());
+    assert_eq!(svc.call(event(Some(("s", 3)), 3)).await.expect("3"), Outcome::Parked);
+    let failed = outbox_consumer::admin::list_failed(db.pool(), "shipping").await.expect("failed");
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].event_id, *e2.id.as_uuid());
+    assert!(failed[0].last_error.as_deref().is_some_and(|e| e.contains("cannot ship")));
+
+    assert_eq!(svc.skip_failed(e2.id).await.expect("skip"), Some(1), "3 is applied once 2 is skipped");
+    assert_eq!(effects(db.pool(), "s").await, [1, 3]);
+    assert!(outbox_consumer::admin::list_failed(db.pool(), "shipping").await.expect("failed").is_empty());
+    db.close().await.expect("cleanup");
+}
+
+/// Where a consumer that joins late starts an entity is a policy: strict from 1 (the default), or
+/// from the first sequence it sees.
+#[tokio::test]
+async fn start_policy_decides_where_a_late_consumer_starts() {
+    let db = TestDb::new().await.expect("db");
+    effects_table(db.pool()).await;
+    let mut strict = InboxLayer::new(db.pool().clone(), "strict").layer(tower::service_fn(apply));
+    assert_eq!(strict.call(event(Some(("late", 7)), 7)).await.expect("7"), Outcome::Parked, "waits for 1..6");
+
+    let mut joining = InboxLayer::new(db.pool().clone(), "joining")
+        .start_policy(outbox_consumer::StartPolicy::FromFirstSeen)
+        .layer(tower::service_fn(apply));
+    assert_eq!(joining.call(event(Some(("late", 7)), 7)).await.expect("7"), Outcome::Applied { successors: 0 });
+    assert_eq!(joining.call(event(Some(("late", 8)), 8)).await.expect("8"), Outcome::Applied { successors: 0 });
+    assert_eq!(joining.call(event(Some(("late", 6)), 6)).await.expect("6"), Outcome::Stale);
+    assert_eq!(effects(db.pool(), "late").await, [7, 8]);
+    db.close().await.expect("cleanup");
+}

@@ -243,6 +243,68 @@ where
         Ok(applied)
     }
 
+    /// Gives up on the missing events of `entity_key` (operator action): the entity jumps to just
+    /// before its lowest parked event, and the parked events are applied in order. Returns how many
+    /// were applied (0 if nothing is parked).
+    ///
+    /// # Errors
+    /// A database error.
+    pub async fn skip_gap(&self, entity_key: &str) -> Result<usize> {
+        let mut tx = self.pool.begin().await?;
+        let last = store::lock_entity(&mut tx, &self.consumer, entity_key, 0).await?;
+        let first: Option<i64> = sqlx::query_scalar(
+            "SELECT min(seq) FROM inbox_events WHERE consumer = $1 AND entity_key = $2 AND status = 'parked'",
+        )
+        .bind(&*self.consumer)
+        .bind(entity_key)
+        .fetch_one(&mut *tx)
+        .await?;
+        let Some(first) = first.filter(|f| *f > last + 1) else {
+            tx.rollback().await?;
+            return Ok(0);
+        };
+        store::advance(&mut tx, &self.consumer, entity_key, first - 1).await?;
+        tx.commit().await?;
+        tracing::warn!(consumer = %self.consumer, entity = %entity_key, from = last + 1, to = first - 1, "inbox.gap_skipped");
+        let mut inner = self.inner.clone();
+        Ok(self.apply_parked(&mut inner, entity_key).await)
+    }
+
+    /// Gives up on an event that failed for good (operator action): it is recorded as skipped,
+    /// never applied, and its entity's parked successors are applied in order. Returns how many
+    /// were applied, or `None` if no failed event has this id.
+    ///
+    /// # Errors
+    /// A database error.
+    pub async fn skip_failed(&self, id: outbox_core::EventId) -> Result<Option<usize>> {
+        let mut tx = self.pool.begin().await?;
+        let Some((status, event)) = store::stored(&mut tx, &self.consumer, id).await? else { return Ok(None) };
+        if status != "failed" {
+            return Ok(None);
+        }
+        sqlx::query(
+            "UPDATE inbox_events SET status = 'skipped', processed_at = now(), payload = NULL,
+                    last_error = coalesce(last_error, '') || ' (skipped by an operator)'
+             WHERE consumer = $1 AND event_id = $2",
+        )
+        .bind(&*self.consumer)
+        .bind(id.as_uuid())
+        .execute(&mut *tx)
+        .await?;
+        let Some(entity) = &event.entity else {
+            tx.commit().await?;
+            return Ok(Some(0));
+        };
+        let last = store::lock_entity(&mut tx, &self.consumer, &entity.key, 0).await?;
+        let seq = i64::try_from(entity.seq).unwrap_or(i64::MAX);
+        if seq == last + 1 {
+            store::advance(&mut tx, &self.consumer, &entity.key, seq).await?;
+        }
+        tx.commit().await?;
+        let mut inner = self.inner.clone();
+        Ok(Some(self.apply_parked(&mut inner, &entity.key).await))
+    }
+
     /// Runs the handler again on a stored event that failed permanently (operator action), in
     /// order: it is applied only if it is its entity's next event. Returns the outcome, or `None`
     /// if no failed event has this id.

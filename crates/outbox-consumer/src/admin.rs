@@ -1,0 +1,104 @@
+//! The operator's view of an inbox: gaps (events parked behind a missing predecessor) and failed
+//! events. Acting on them goes through the [`crate::InboxService`] (`skip_gap`, `skip_failed`,
+//! `retry_failed`), because applying what was parked needs the handler.
+//!
+//! ```no_run
+//! # async fn demo(pool: sqlx::PgPool) -> Result<(), outbox_consumer::Error> {
+//! for gap in outbox_consumer::admin::list_gaps(&pool, "shipping").await? {
+//!     println!("{}: applied up to {}, {} parked from {}, oldest parked {:.0}s ago",
+//!         gap.entity_key, gap.last_seq, gap.parked, gap.first_parked_seq, gap.age_seconds);
+//! }
+//! # Ok(()) }
+//! ```
+
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+
+use crate::Result;
+
+/// An entity whose next event has not arrived while later ones wait, parked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gap {
+    /// The entity.
+    pub entity_key: String,
+    /// The last sequence applied.
+    pub last_seq: i64,
+    /// The lowest parked sequence (the missing ones are `last_seq + 1 .. first_parked_seq`).
+    pub first_parked_seq: i64,
+    /// How many events are parked.
+    pub parked: i64,
+    /// Seconds since the oldest parked event arrived: the alarm, more than the count.
+    pub age_seconds: f64,
+}
+
+/// An event whose handler failed for good; its entity's later events wait behind it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FailedEvent {
+    /// The event id.
+    pub event_id: uuid::Uuid,
+    /// The entity, for ordered events.
+    pub entity_key: Option<String>,
+    /// The sequence, for ordered events.
+    pub seq: Option<i64>,
+    /// The event type.
+    pub event_type: Option<String>,
+    /// The handler's error.
+    pub last_error: Option<String>,
+    /// When it arrived.
+    pub received_at: DateTime<Utc>,
+}
+
+/// Entities of `consumer` with parked events, oldest gap first.
+///
+/// # Errors
+/// A database error.
+pub async fn list_gaps(pool: &PgPool, consumer: &str) -> Result<Vec<Gap>> {
+    let rows: Vec<(String, i64, i64, i64, f64)> = sqlx::query_as(
+        "SELECT p.entity_key, coalesce(e.last_seq, 0), min(p.seq), count(*),
+                EXTRACT(EPOCH FROM now() - min(p.received_at))::float8
+         FROM inbox_events p
+         LEFT JOIN inbox_entities e ON e.consumer = p.consumer AND e.entity_key = p.entity_key
+         WHERE p.consumer = $1 AND p.status = 'parked'
+         GROUP BY p.entity_key, e.last_seq
+         ORDER BY min(p.received_at)",
+    )
+    .bind(consumer)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(entity_key, last_seq, first_parked_seq, parked, age_seconds)| Gap {
+            entity_key,
+            last_seq,
+            first_parked_seq,
+            parked,
+            age_seconds,
+        })
+        .collect())
+}
+
+/// Events of `consumer` that failed for good, oldest first.
+///
+/// # Errors
+/// A database error.
+pub async fn list_failed(pool: &PgPool, consumer: &str) -> Result<Vec<FailedEvent>> {
+    type Row = (uuid::Uuid, Option<String>, Option<i64>, Option<String>, Option<String>, DateTime<Utc>);
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT event_id, entity_key, seq, event_type, last_error, received_at FROM inbox_events
+         WHERE consumer = $1 AND status = 'failed' ORDER BY received_at",
+    )
+    .bind(consumer)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(event_id, entity_key, seq, event_type, last_error, received_at)| FailedEvent {
+            event_id,
+            entity_key,
+            seq,
+            event_type,
+            last_error,
+            received_at,
+        })
+        .collect())
+}
