@@ -12,6 +12,10 @@ pub(crate) enum Value {
     Rate(f64),
     /// A ratio of two figures of the same run: three decimals.
     Ratio(f64),
+    /// A duration in milliseconds: two decimals.
+    Millis(f64),
+    /// A size in MiB: one decimal.
+    Mebibytes(f64),
 }
 
 impl fmt::Display for Value {
@@ -20,6 +24,8 @@ impl fmt::Display for Value {
             Self::Count(n) => write!(f, "{n}"),
             Self::Rate(r) => write!(f, "{r:.1}"),
             Self::Ratio(r) => write!(f, "{r:.3}"),
+            Self::Millis(ms) => write!(f, "{ms:.2}"),
+            Self::Mebibytes(mib) => write!(f, "{mib:.1}"),
         }
     }
 }
@@ -54,5 +60,10 @@ mod tests {
             line("producer_overhead_ratio", Value::Ratio(1.23456), "x"),
             "figure: producer_overhead_ratio = 1.235 x"
         );
+        assert_eq!(
+            line("relay_latency_p99_ms", Value::Millis(12.3456), "ms"),
+            "figure: relay_latency_p99_ms = 12.35 ms"
+        );
+        assert_eq!(line("relay_peak_rss_mib", Value::Mebibytes(21.04), "MiB"), "figure: relay_peak_rss_mib = 21.0 MiB");
     }
 }

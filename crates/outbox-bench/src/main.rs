@@ -3,20 +3,32 @@
 //! ```text
 //! cargo run --release -p outbox-bench -- producer           # full run, about two minutes
 //! cargo run --release -p outbox-bench -- producer --quick   # smoke run, under a minute
+//! cargo run --release -p outbox-bench -- relay              # full run, about five minutes
+//! cargo run --release -p outbox-bench -- relay --quick      # smoke run, under a minute
 //! ```
+//!
+//! - `producer`: what `Outbox::enqueue` adds to a business transaction ([`producer`]).
+//! - `relay`: the relay's drain rate against raw confirmed publishing on the same queue, commit-to-
+//!   arrival latency at a steady load, a large backlog against a small one, and the peak RSS of a
+//!   relay process ([`relay`]). The relay process is this program again, run with the hidden
+//!   command `relay-process`.
 //!
 //! Every figure is printed on its own line as `figure: <name> = <value> <unit>`; every other line
 //! of standard output starts with `#` (targets, per-run detail). Absolute figures drift on a
 //! shared machine, so compare the ratios, which are measured within one run.
 //!
-//! Each benchmark creates a fresh database of its own with the migrations applied
-//! ([`outbox_testkit::TestDb`]) and drops it at the end. The server is read from
+//! Each benchmark creates fresh databases of its own with the migrations applied
+//! ([`outbox_testkit::TestDb`]) and drops them at the end; `relay` also declares an exchange and a
+//! queue with a random suffix on RabbitMQ ([`outbox_testkit::TestBroker`]) and deletes them at the
+//! end. The broker is read from `OUTBOX_TEST_AMQP_URL`, else `AMQP_URL`, else
+//! `amqp://guest:guest@127.0.0.1:5672/%2f`. The database server is read from
 //! `OUTBOX_TEST_DATABASE_URL`, else `DATABASE_URL`, else `postgres://postgres@127.0.0.1:5432/test`;
 //! the role needs `CREATEDB`, and `CHECKPOINT` between variants needs a superuser or
 //! `pg_checkpoint` (when denied, the benchmark goes on without it).
 
 mod figure;
 mod producer;
+mod relay;
 
 use std::error::Error;
 
@@ -40,6 +52,13 @@ enum Command {
     /// Cost of `Outbox::enqueue` in a business transaction, against a hand-written insert
     /// (8 concurrent clients).
     Producer,
+    /// The relay: drain rate against the broker's ceiling, latency at 1,000 events/s, a backlog of
+    /// 1,000,000 against 10,000 events, peak RSS of a relay process.
+    Relay,
+    /// Runs one relay with default settings until SIGTERM, SIGINT or the end of standard input
+    /// (the relay process of the `relay` benchmark).
+    #[command(hide = true)]
+    RelayProcess(relay::ProcessArgs),
 }
 
 #[tokio::main]
@@ -47,5 +66,7 @@ async fn main() -> Result<(), BoxError> {
     let cli = Cli::parse();
     match cli.command {
         Command::Producer => producer::run(producer::Plan::new(cli.quick)).await,
+        Command::Relay => relay::run(relay::Plan::new(cli.quick)).await,
+        Command::RelayProcess(args) => relay::process(args).await,
     }
 }

@@ -41,7 +41,7 @@ const ORDERS: i64 = 10_000;
 /// Events per transaction in the batch variant.
 const BATCH: usize = 100;
 /// The event type of every event written.
-const EVENT_TYPE: &str = "order.updated";
+pub(crate) const EVENT_TYPE: &str = "order.updated";
 
 /// The business table every variant updates.
 const CREATE_ORDERS: &str = "\
@@ -314,7 +314,7 @@ async fn update(conn: &mut PgConnection, order: i64) -> Result<(), sqlx::Error> 
 }
 
 /// The event every variant writes, with the same payload as the hand-written insert.
-fn event(order: i64) -> Result<NewEvent, BoxError> {
+pub(crate) fn event(order: i64) -> Result<NewEvent, BoxError> {
     Ok(NewEvent::json(EVENT_TYPE, &payload_value(order))?)
 }
 

@@ -228,7 +228,11 @@ impl AmqpPublisher {
     /// Closes the connection (the next publish opens a new one).
     pub async fn close(&self) {
         let mut state = self.inner.state.lock().await;
-        state.channel = None;
+        if let Some(ch) = state.channel.take()
+            && ch.status().connected()
+        {
+            let _ = ch.close(200, "outbox relay closing".into()).await;
+        }
         if let Some(conn) = state.connection.take() {
             let _ = conn.close(200, "outbox relay closing".into()).await;
         }

@@ -1,0 +1,902 @@
+//! The relay benchmark: how fast one relay drains a backlog compared with what the broker takes,
+//! how long a committed event needs to reach a consumer at a steady load, whether a large backlog
+//! slows the drain down, and how much memory a relay process needs.
+//!
+//! Every phase uses the same broker topology: a durable topic exchange and one durable queue bound
+//! with `#` ([`TestBroker`], deleted at the end), and messages of the same shape: wire contract v1
+//! of the producer benchmark's ~300-byte JSON payload with an entity key, persistent, `mandatory`,
+//! routing key `order.updated`. In every phase one consumer with automatic acknowledgement is
+//! attached to the queue (on a connection of its own): it counts arrivals, or timestamps them in the
+//! latency phase. So every phase is measured the same way and the queue stays short instead of
+//! growing to a depth that would slow the broker down; the queue is also purged between phases.
+//!
+//! Phases, in order:
+//!
+//! 1. `ceiling`, before and after the drain: raw lapin publishing with publisher confirms, 1,024
+//!    messages in flight (sliding window): what the broker takes on this machine. The figure is the
+//!    mean of both rounds, so that the drain is compared with the broker's state around it.
+//! 2. `drain`: a backlog of committed events, written with `enqueue_many` interleaved across its
+//!    entities, drained by one relay with default settings (only the exchange is set, and not
+//!    declared). The relay runs as a child process of this benchmark (`outbox-bench relay-process`)
+//!    so that its peak RSS (`VmHWM`) is its own. The clock starts when the child says it is ready
+//!    (connected to the database, about to run) and stops when every row is marked `published`.
+//! 3. `latency`: one event per transaction at a steady 1,000 events/s over 100 entities (ten
+//!    producer tasks, each committing once per 10 ms tick), relay in-process with defaults. Latency
+//!    is the consumer's arrival time minus the moment `COMMIT` returned to the producer.
+//! 4. `backlog`: the drain rate of a large backlog against a small one over the same 1,000 entities,
+//!    each in a fresh database, relay in-process with defaults. The small backlog is drained before
+//!    and after the large one (each in its own database) and its rate is the mean of both.
+//!
+//! Before every drain the table is brought to a comparable state: `VACUUM ANALYZE` and
+//! `CHECKPOINT` after the fill (as autovacuum would eventually do for a backlog that built up while
+//! the relay was down).
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime};
+
+use futures::StreamExt;
+use futures::future::try_join_all;
+use futures::stream::FuturesUnordered;
+use lapin::options::{
+    BasicCancelOptions, BasicConsumeOptions, BasicPublishOptions, ConfirmSelectOptions, QueuePurgeOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
+use outbox_core::wire::{self, WireMessage};
+use outbox_core::{ExchangeKind, HeaderValue, Publisher};
+use outbox_producer::{AmqpPublisher, Outbox, Relay};
+use outbox_testkit::{TestBroker, TestDb};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::{Connection as _, PgPool};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, ChildStdout};
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use crate::BoxError;
+use crate::figure::{Value, comment, figure};
+use crate::producer::{EVENT_TYPE, event};
+
+/// Raw publishing: messages awaiting their confirm at once.
+const CEILING_WINDOW: usize = 1024;
+/// Concurrent connections filling a backlog, each with entities of its own.
+const FILLERS: u64 = 4;
+/// Events per `enqueue_many` transaction when filling a backlog.
+const FILL_BATCH: u64 = 2_000;
+/// Entities of the backlog-size comparison.
+const BACKLOG_ENTITIES: u64 = 1_000;
+/// The small backlog of the comparison.
+const BACKLOG_SMALL: u64 = 10_000;
+/// Producer tasks of the latency phase, each committing one event per tick.
+const PRODUCERS: u64 = 10;
+/// Entities of the latency phase, spread round-robin over the producers.
+const LATENCY_ENTITIES: u64 = 100;
+/// The tick of each latency producer: 10 producers × one event per 10 ms = 1,000 events/s.
+const TICK: Duration = Duration::from_millis(10);
+/// Connections of a relay's pool, as `outbox relay` opens.
+const RELAY_CONNECTIONS: u32 = 4;
+/// A drain that makes no progress for this long has failed.
+const STALL: Duration = Duration::from_secs(60);
+/// Environment variables that carry the URLs to the relay process (never its command line,
+/// which every user of the machine can read).
+const ENV_DATABASE_URL: &str = "OUTBOX_BENCH_DATABASE_URL";
+const ENV_AMQP_URL: &str = "OUTBOX_BENCH_AMQP_URL";
+/// The line the relay process prints when it is about to run.
+const READY: &str = "ready";
+
+const PREPARE: &str = "VACUUM ANALYZE outbox_events, outbox_entity_sequences";
+const ANY_PENDING: &str = "SELECT EXISTS (SELECT 1 FROM outbox_events WHERE status = 'pending')";
+const BY_STATUS: &str = "SELECT status, count(*) FROM outbox_events GROUP BY status ORDER BY status";
+
+/// Sizes and durations of one benchmark run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Plan {
+    /// Messages of each raw-publishing round.
+    ceiling_messages: u64,
+    /// Backlog of the drain phase, and its entities.
+    drain_backlog: u64,
+    drain_entities: u64,
+    /// Latency phase: warm-up (not measured), then the measured window.
+    latency_warmup: Duration,
+    latency_window: Duration,
+    /// The large backlog of the backlog-size comparison.
+    backlog_large: u64,
+}
+
+impl Plan {
+    /// Full: 100,000 raw messages per ceiling round, a drain of 100,000 events over 1,000 entities,
+    /// 30 s of latency, 1,000,000 against 10,000 events. Quick: 10,000 raw messages, 10,000 events
+    /// over 100 entities, 5 s, 100,000 against 10,000.
+    pub(crate) fn new(quick: bool) -> Self {
+        if quick {
+            Self {
+                ceiling_messages: 10_000,
+                drain_backlog: 10_000,
+                drain_entities: 100,
+                latency_warmup: Duration::from_millis(500),
+                latency_window: Duration::from_secs(5),
+                backlog_large: 100_000,
+            }
+        } else {
+            Self {
+                ceiling_messages: 100_000,
+                drain_backlog: 100_000,
+                drain_entities: 1_000,
+                latency_warmup: Duration::from_secs(1),
+                latency_window: Duration::from_secs(30),
+                backlog_large: 1_000_000,
+            }
+        }
+    }
+}
+
+/// Where every phase publishes and consumes.
+#[derive(Debug, Clone, Copy)]
+struct Target<'a> {
+    url: &'a str,
+    exchange: &'a str,
+    queue: &'a str,
+    /// The test broker's channel, for purging.
+    admin: &'a Channel,
+}
+
+impl Target<'_> {
+    async fn purge(&self) -> Result<(), BoxError> {
+        self.admin.queue_purge(self.queue.into(), QueuePurgeOptions::default()).await?;
+        Ok(())
+    }
+}
+
+/// Runs the relay benchmark and prints its figures.
+pub(crate) async fn run(plan: Plan) -> Result<(), BoxError> {
+    let broker = TestBroker::new().await?;
+    let outcome = bench(&broker, plan).await;
+    let closed = broker.close().await;
+    outcome?;
+    closed?;
+    Ok(())
+}
+
+async fn bench(broker: &TestBroker, plan: Plan) -> Result<(), BoxError> {
+    let exchange = broker.declare_exchange("bench.relay", lapin::ExchangeKind::Topic).await?;
+    let queue = broker.declare_queue("bench.relay").await?;
+    broker.bind(&queue, &exchange, "#").await?;
+    let target = Target { url: broker.url(), exchange: &exchange, queue: &queue, admin: broker.channel() };
+    comment(format_args!(
+        "relay: payload {} bytes, durable topic exchange -> one durable queue (#), persistent, mandatory; \
+         one auto-ack consumer attached in every phase",
+        event(1)?.payload().bytes().len()
+    ));
+
+    // 1 and 2: the ceiling around the drain.
+    let before = ceiling(target, plan.ceiling_messages).await?;
+    let drain = with_db(async |db| drain_in_child(db, target, plan.drain_backlog, plan.drain_entities).await).await?;
+    let after = ceiling(target, plan.ceiling_messages).await?;
+    let ceiling = (before + after) / 2.0;
+    figure("broker_ceiling_msgs_per_s", Value::Rate(ceiling), "msgs/s");
+    figure("relay_drain_backlog_events", Value::Count(plan.drain_backlog), "events");
+    figure("relay_drain_events_per_s", Value::Rate(drain.rate), "events/s");
+    figure("relay_drain_ratio", Value::Ratio(drain.rate / ceiling), "x");
+    figure("relay_peak_rss_mib", Value::Mebibytes(drain.peak_rss_mib), "MiB");
+
+    // 3: latency at a steady load.
+    let latency = with_db(async |db| measure_latency(db, target, plan).await).await?;
+    figure("relay_latency_offered_events_per_s", Value::Rate(latency.offered), "events/s");
+    figure("relay_latency_samples", Value::Count(latency.samples), "events");
+    figure("relay_latency_p50_ms", Value::Millis(latency.p50), "ms");
+    figure("relay_latency_p99_ms", Value::Millis(latency.p99), "ms");
+    figure("relay_latency_max_ms", Value::Millis(latency.max), "ms");
+
+    // 4: a large backlog against a small one, the small one before and after the large one.
+    let small_before = with_db(async |db| drain_in_process(db, target, BACKLOG_SMALL, BACKLOG_ENTITIES).await).await?;
+    let large = with_db(async |db| drain_in_process(db, target, plan.backlog_large, BACKLOG_ENTITIES).await).await?;
+    let small_after = with_db(async |db| drain_in_process(db, target, BACKLOG_SMALL, BACKLOG_ENTITIES).await).await?;
+    let small = (small_before + small_after) / 2.0;
+    comment(format_args!(
+        "relay_backlog_1m_ratio: {} events against {BACKLOG_SMALL} events, both over {BACKLOG_ENTITIES} entities",
+        plan.backlog_large
+    ));
+    figure("relay_backlog_small_events_per_s", Value::Rate(small), "events/s");
+    figure("relay_backlog_large_events_per_s", Value::Rate(large), "events/s");
+    figure("relay_backlog_1m_ratio", Value::Ratio(large / small), "x");
+
+    comment(
+        "target: relay_drain_ratio >= 0.6, relay_latency_p99_ms <= 25 with relay_latency_p50_ms <= 5, \
+         relay_backlog_1m_ratio >= 0.9, relay_peak_rss_mib <= 64",
+    );
+    Ok(())
+}
+
+/// Runs `phase` in a fresh database and drops the database afterwards, also when the phase failed.
+async fn with_db<T>(phase: impl AsyncFnOnce(&TestDb) -> Result<T, BoxError>) -> Result<T, BoxError> {
+    let db = TestDb::new().await?;
+    let outcome = phase(&db).await;
+    let closed = db.close().await;
+    let value = outcome?;
+    closed?;
+    Ok(value)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Messages
+
+/// Event number `i` of a stream spread round-robin over `entities`, as the relay would send it.
+fn wire_message(i: u64, entities: u64) -> Result<WireMessage, BoxError> {
+    let entity = i % entities;
+    let order = i64::try_from(entity + 1)?;
+    let event = event(order)?.entity(format!("order-{order}")).into_event(Some(i / entities + 1), SystemTime::now());
+    Ok(wire::encode(&event, None))
+}
+
+/// lapin properties of a message of the wire contract (strings, integers and booleans in headers,
+/// which is all the contract writes).
+fn properties(message: &WireMessage) -> BasicProperties {
+    let p = &message.properties;
+    let mut headers = FieldTable::default();
+    for (name, value) in &message.headers {
+        let value = match value {
+            HeaderValue::Int(i) => AMQPValue::LongLongInt(*i),
+            HeaderValue::String(s) => AMQPValue::LongString(LongString::from(s.as_str())),
+            HeaderValue::Bool(b) => AMQPValue::Boolean(*b),
+            _ => continue,
+        };
+        headers.insert(ShortString::from(name.as_str()), value);
+    }
+    let mut props = BasicProperties::default().with_headers(headers);
+    if let Some(v) = &p.message_id {
+        props = props.with_message_id(v.as_str().into());
+    }
+    if let Some(v) = &p.kind {
+        props = props.with_type(v.as_str().into());
+    }
+    if let Some(v) = p.timestamp {
+        props = props.with_timestamp(v);
+    }
+    if let Some(v) = &p.content_type {
+        props = props.with_content_type(v.as_str().into());
+    }
+    if let Some(v) = p.delivery_mode {
+        props = props.with_delivery_mode(v);
+    }
+    props
+}
+
+// ---------------------------------------------------------------------------------------------
+// The consumer
+
+/// What the consumer task shares with the benchmark.
+#[derive(Debug, Default)]
+struct Seen {
+    /// Deliveries so far.
+    count: AtomicU64,
+    /// When the delivery count reached each tenth of the expected total.
+    tenths: Mutex<Vec<Instant>>,
+    /// When the delivery count reached the expected total.
+    all: OnceLock<Instant>,
+    /// Event id and arrival time of every delivery, when recording.
+    arrivals: Mutex<Vec<(Uuid, Instant)>>,
+}
+
+/// One consumer on the benchmark queue, with automatic acknowledgement, on a connection of its own.
+struct Arrivals {
+    connection: Connection,
+    channel: Channel,
+    tag: ShortString,
+    seen: Arc<Seen>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Arrivals {
+    /// Starts consuming; `expected` deliveries make the total (tenths and completion are timed);
+    /// with `record`, every delivery's event id and arrival time are kept.
+    async fn start(target: Target<'_>, expected: u64, record: bool) -> Result<Self, BoxError> {
+        let connection = Connection::connect(target.url, ConnectionProperties::default()).await?;
+        let channel = connection.create_channel().await?;
+        let options = BasicConsumeOptions { no_ack: true, ..BasicConsumeOptions::default() };
+        let mut consumer =
+            channel.basic_consume(target.queue.into(), "".into(), options, FieldTable::default()).await?;
+        let tag = consumer.tag();
+        let seen = Arc::new(Seen::default());
+        let sink = seen.clone();
+        let task = tokio::spawn(async move {
+            let mut tenth = 1;
+            while let Some(Ok(delivery)) = consumer.next().await {
+                let at = Instant::now();
+                let n = sink.count.fetch_add(1, Ordering::Relaxed) + 1;
+                while tenth <= 10 && n >= share(expected, tenth) {
+                    if let Ok(mut tenths) = sink.tenths.lock() {
+                        tenths.push(at);
+                    }
+                    tenth += 1;
+                }
+                if n == expected {
+                    let _ = sink.all.set(at);
+                }
+                if record
+                    && let Some(id) = delivery.properties.message_id().as_ref().and_then(|m| m.as_str().parse().ok())
+                    && let Ok(mut arrivals) = sink.arrivals.lock()
+                {
+                    arrivals.push((id, at));
+                }
+            }
+        });
+        Ok(Self { connection, channel, tag, seen, task })
+    }
+
+    fn count(&self) -> u64 {
+        self.seen.count.load(Ordering::Relaxed)
+    }
+
+    /// Cancels the consumer and closes its connection; returns what it recorded.
+    async fn stop(self) -> Result<Vec<(Uuid, Instant)>, BoxError> {
+        let cancelled = self.channel.basic_cancel(self.tag.clone(), BasicCancelOptions::default()).await;
+        let _ = self.connection.close(200, "benchmark phase done".into()).await;
+        self.task.abort();
+        cancelled?;
+        let arrivals = self.seen.arrivals.lock().map(|mut a| std::mem::take(&mut *a)).unwrap_or_default();
+        Ok(arrivals)
+    }
+}
+
+/// `tenths` tenths of `total`.
+fn share(total: u64, tenths: u64) -> u64 {
+    u64::try_from(u128::from(total) * u128::from(tenths) / 10).unwrap_or(u64::MAX)
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. The broker's ceiling
+
+/// One round of raw confirmed publishing; returns messages per second. The consumer is attached
+/// as in every other phase.
+async fn ceiling(target: Target<'_>, messages: u64) -> Result<f64, BoxError> {
+    target.purge().await?;
+    let arrivals = Arrivals::start(target, messages, false).await?;
+    let outcome = publish_raw(target, messages).await;
+    let stopped = arrivals.stop().await;
+    let elapsed = outcome?;
+    stopped?;
+    target.purge().await?;
+    let rate = messages as f64 / elapsed.as_secs_f64();
+    comment(format_args!(
+        "ceiling: {messages} messages confirmed in {:.2} s, {rate:.1} msgs/s ({CEILING_WINDOW} in flight)",
+        elapsed.as_secs_f64()
+    ));
+    Ok(rate)
+}
+
+async fn publish_raw(target: Target<'_>, messages: u64) -> Result<Duration, BoxError> {
+    let connection = Connection::connect(target.url, ConnectionProperties::default()).await?;
+    let outcome = async {
+        let channel = connection.create_channel().await?;
+        channel.confirm_select(ConfirmSelectOptions::default()).await?;
+        let options = BasicPublishOptions { mandatory: true, ..BasicPublishOptions::default() };
+        let mut in_flight = FuturesUnordered::new();
+        let start = Instant::now();
+        for i in 0..messages {
+            if in_flight.len() >= CEILING_WINDOW
+                && let Some(confirm) = in_flight.next().await
+            {
+                confirmed(confirm)?;
+            }
+            // Spread over 1,000 entities like the drain, so the headers are alike.
+            let message = wire_message(i, BACKLOG_ENTITIES)?;
+            let confirm = channel
+                .basic_publish(target.exchange.into(), EVENT_TYPE.into(), options, &message.body, properties(&message))
+                .await?;
+            in_flight.push(confirm);
+        }
+        while let Some(confirm) = in_flight.next().await {
+            confirmed(confirm)?;
+        }
+        Ok::<_, BoxError>(start.elapsed())
+    }
+    .await;
+    let _ = connection.close(200, "benchmark phase done".into()).await;
+    outcome
+}
+
+fn confirmed(confirm: Result<Confirmation, lapin::Error>) -> Result<(), BoxError> {
+    match confirm? {
+        Confirmation::Ack(None) => Ok(()),
+        Confirmation::Ack(Some(_)) => Err("a raw message came back unroutable".into()),
+        other => Err(format!("a raw message was not confirmed: {other:?}").into()),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backlogs
+
+/// Writes `total` events over `entities` with `enqueue_many`, as a workload would have: event `i`
+/// belongs to entity `i % entities`, and [`FILLERS`] connections write at once, each the events of
+/// its own entities (so they never wait on each other's sequence counters), [`FILL_BATCH`] per
+/// transaction. Then brings the table to a comparable state. Returns how long the writing took.
+async fn fill(db: &TestDb, total: u64, entities: u64) -> Result<Duration, BoxError> {
+    let fillers = FILLERS.min(entities);
+    let pool = PgPoolOptions::new()
+        .max_connections(u32::try_from(fillers)?)
+        .connect_with(db.connect_options().clone())
+        .await?;
+    let start = Instant::now();
+    let tasks = (0..fillers).map(|filler| {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let outbox = Outbox::new();
+            let mut conn = pool.acquire().await?;
+            let mine: Vec<u64> = (filler..total).step_by(usize::try_from(fillers)?).collect();
+            for chunk in mine.chunks(usize::try_from(FILL_BATCH)?) {
+                let events = chunk
+                    .iter()
+                    .map(|i| {
+                        let order = i64::try_from(i % entities + 1)?;
+                        Ok(event(order)?.entity(format!("order-{order}")))
+                    })
+                    .collect::<Result<Vec<_>, BoxError>>()?;
+                let mut tx = conn.begin().await?;
+                outbox.enqueue_many(&mut tx, events).await?;
+                tx.commit().await?;
+            }
+            Ok::<(), BoxError>(())
+        })
+    });
+    let outcome = try_join_all(tasks).await;
+    pool.close().await;
+    for done in outcome? {
+        done?;
+    }
+    let took = start.elapsed();
+    sqlx::raw_sql(PREPARE).execute(db.pool()).await?;
+    if let Err(e) = sqlx::raw_sql("CHECKPOINT").execute(db.pool()).await {
+        comment(format_args!("CHECKPOINT skipped: {e}"));
+    }
+    Ok(took)
+}
+
+/// How a drain went, from the start of the relay.
+#[derive(Debug)]
+struct Drained {
+    /// Every message arrived at the consumer.
+    arrived: Duration,
+    /// Every row marked `published`.
+    marked: Duration,
+    /// When each tenth of the backlog had arrived.
+    tenths: Vec<Duration>,
+}
+
+impl Drained {
+    fn rate(&self, backlog: u64) -> f64 {
+        backlog as f64 / self.marked.as_secs_f64()
+    }
+
+    /// The rate of each tenth of the drain, to see whether it slows down as it goes.
+    fn tenth_rates(&self, backlog: u64) -> String {
+        let mut previous = Duration::ZERO;
+        let mut rates = Vec::new();
+        for &at in &self.tenths {
+            let secs = (at - previous).as_secs_f64();
+            rates.push(format!("{:.0}", backlog as f64 / 10.0 / secs.max(f64::EPSILON)));
+            previous = at;
+        }
+        rates.join(" ")
+    }
+}
+
+/// Waits until every message arrived and every row is marked published; fails when the drain makes
+/// no progress for [`STALL`] or when the relay process ends early.
+async fn await_drain(
+    pool: &PgPool,
+    arrivals: &Arrivals,
+    backlog: u64,
+    start: Instant,
+    mut child: Option<&mut Child>,
+) -> Result<Drained, BoxError> {
+    let mut progress = (0, Instant::now());
+    loop {
+        if let Some(&all) = arrivals.seen.all.get() {
+            if !sqlx::query_scalar::<_, bool>(ANY_PENDING).fetch_one(pool).await? {
+                let marked = start.elapsed();
+                let tenths = arrivals
+                    .seen
+                    .tenths
+                    .lock()
+                    .map(|t| t.iter().map(|&at| at.saturating_duration_since(start)).collect())
+                    .unwrap_or_default();
+                return Ok(Drained { arrived: all.saturating_duration_since(start), marked, tenths });
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            continue;
+        }
+        let n = arrivals.count();
+        if n > progress.0 {
+            progress = (n, Instant::now());
+        } else if progress.1.elapsed() > STALL {
+            let rows: Vec<(String, i64)> = sqlx::query_as(BY_STATUS).fetch_all(pool).await?;
+            return Err(format!("the drain stalled at {n} of {backlog} messages; rows by status: {rows:?}").into());
+        }
+        if let Some(child) = child.as_deref_mut()
+            && let Some(status) = child.try_wait()?
+        {
+            return Err(format!("the relay process ended during the drain: {status}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn report_drain(what: &str, backlog: u64, entities: u64, filled: Duration, drained: &Drained) {
+    comment(format_args!(
+        "{what}: {backlog} events over {entities} entities filled in {:.1} s; all arrived after {:.3} s, \
+         all marked published after {:.3} s: {:.1} events/s",
+        filled.as_secs_f64(),
+        drained.arrived.as_secs_f64(),
+        drained.marked.as_secs_f64(),
+        drained.rate(backlog)
+    ));
+    if backlog >= 100_000 {
+        comment(format_args!("{what}: events/s per tenth of the backlog: {}", drained.tenth_rates(backlog)));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Drain by a relay process
+
+/// What the drain phase measured.
+#[derive(Debug)]
+struct Drain {
+    rate: f64,
+    peak_rss_mib: f64,
+}
+
+async fn drain_in_child(db: &TestDb, target: Target<'_>, backlog: u64, entities: u64) -> Result<Drain, BoxError> {
+    let filled = fill(db, backlog, entities).await?;
+    target.purge().await?;
+    let arrivals = Arrivals::start(target, backlog, false).await?;
+    let outcome = async {
+        let mut process = RelayProcess::spawn(db, target).await?;
+        let start = Instant::now();
+        let drained = await_drain(db.pool(), &arrivals, backlog, start, Some(&mut process.child)).await;
+        // Read the peak before the shutdown, which allocates nothing worth measuring.
+        let memory = process.memory().await;
+        let stopped = process.stop().await;
+        let drained = drained?;
+        let (peak_kib, now_kib) = memory?;
+        stopped?;
+        Ok::<_, BoxError>((drained, peak_kib, now_kib))
+    }
+    .await;
+    let stopped = arrivals.stop().await;
+    let (drained, peak_kib, now_kib) = outcome?;
+    stopped?;
+    target.purge().await?;
+    report_drain("drain (relay process)", backlog, entities, filled, &drained);
+    comment(format_args!("relay process memory after the drain: VmHWM {peak_kib} kB, VmRSS {now_kib} kB"));
+    Ok(Drain { rate: drained.rate(backlog), peak_rss_mib: peak_kib as f64 / 1024.0 })
+}
+
+/// A relay in a child process: `outbox-bench relay-process`.
+struct RelayProcess {
+    child: Child,
+    /// Kept open until the child ends, so that it never writes into a closed pipe.
+    _stdout: BufReader<ChildStdout>,
+}
+
+impl RelayProcess {
+    /// Starts the child and waits until it says it is about to run.
+    async fn spawn(db: &TestDb, target: Target<'_>) -> Result<Self, BoxError> {
+        let mut child = tokio::process::Command::new(std::env::current_exe()?)
+            .arg("relay-process")
+            .arg("--exchange")
+            .arg(target.exchange)
+            .env(ENV_DATABASE_URL, db.url())
+            .env(ENV_AMQP_URL, target.url)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()?;
+        let stdout = child.stdout.take().ok_or("the relay process has no standard output")?;
+        let mut stdout = BufReader::new(stdout);
+        let mut line = String::new();
+        tokio::time::timeout(Duration::from_secs(30), stdout.read_line(&mut line))
+            .await
+            .map_err(|_| "the relay process did not get ready within 30 s")??;
+        if line.trim() != READY {
+            return Err(format!("the relay process did not get ready (said {:?})", line.trim()).into());
+        }
+        Ok(Self { child, _stdout: stdout })
+    }
+
+    /// Peak and current resident set size of the child, in kB (`VmHWM`, `VmRSS`).
+    async fn memory(&self) -> Result<(u64, u64), BoxError> {
+        let pid = self.child.id().ok_or("the relay process has ended")?;
+        let status = tokio::fs::read_to_string(format!("/proc/{pid}/status")).await?;
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|kb| kb.parse::<u64>().ok())
+                .ok_or_else(|| format!("no {name} in /proc/{pid}/status"))
+        };
+        Ok((field("VmHWM:")?, field("VmRSS:")?))
+    }
+
+    /// Closes the child's standard input, its signal to shut down gracefully, and waits for it.
+    async fn stop(mut self) -> Result<(), BoxError> {
+        drop(self.child.stdin.take());
+        match tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await {
+            Ok(status) => {
+                let status = status?;
+                if status.success() { Ok(()) } else { Err(format!("the relay process failed: {status}").into()) }
+            }
+            Err(_) => {
+                self.child.kill().await?;
+                Err("the relay process did not shut down within 30 s".into())
+            }
+        }
+    }
+}
+
+/// Arguments of the hidden `relay-process` command. The URLs come from the environment, where
+/// `relay` puts them.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ProcessArgs {
+    /// PostgreSQL URL of the outbox.
+    #[arg(long, env = ENV_DATABASE_URL, hide_env_values = true)]
+    database_url: String,
+    /// RabbitMQ URL.
+    #[arg(long, env = ENV_AMQP_URL, hide_env_values = true)]
+    amqp_url: String,
+    /// Exchange to publish to (it must exist: the relay does not declare it).
+    #[arg(long)]
+    exchange: String,
+}
+
+/// The relay process: one relay with default settings (a pool of 4 connections, as `outbox relay`
+/// opens) until SIGTERM, SIGINT or the end of standard input, then a graceful shutdown.
+pub(crate) async fn process(args: ProcessArgs) -> Result<(), BoxError> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let pool = PgPoolOptions::new().max_connections(RELAY_CONNECTIONS).connect(&args.database_url).await?;
+    let publisher = AmqpPublisher::builder(args.amqp_url).connection_name("outbox-bench-relay").build();
+    let relay =
+        Relay::builder(pool.clone(), publisher.clone()).exchange(args.exchange).declare_exchange(false).build()?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let (eof_tx, eof_rx) = tokio::sync::oneshot::channel::<()>();
+    // A plain thread: a blocking read must not hold up the runtime's shutdown.
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut buf = [0_u8; 64];
+        while matches!(std::io::stdin().read(&mut buf), Ok(n) if n > 0) {}
+        let _ = eof_tx.send(());
+    });
+    println!("{READY}");
+    let outcome = relay
+        .run(async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+                _ = eof_rx => {}
+            }
+        })
+        .await;
+    publisher.close().await;
+    pool.close().await;
+    Ok(outcome?)
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Latency at a steady load
+
+/// What the latency phase measured.
+#[derive(Debug)]
+struct Latency {
+    offered: f64,
+    samples: u64,
+    p50: f64,
+    p99: f64,
+    max: f64,
+}
+
+/// An in-process relay with default settings over `db`, publishing to the benchmark exchange.
+/// Its publisher is connected before it starts, so a measurement does not include the connection.
+struct InProcess {
+    pool: PgPool,
+    publisher: AmqpPublisher,
+    handle: outbox_producer::RelayHandle,
+}
+
+impl InProcess {
+    async fn start(db: &TestDb, target: Target<'_>) -> Result<Self, BoxError> {
+        let pool =
+            PgPoolOptions::new().max_connections(RELAY_CONNECTIONS).connect_with(db.connect_options().clone()).await?;
+        let publisher = AmqpPublisher::builder(target.url).connection_name("outbox-bench-relay").build();
+        if let Err(f) = publisher.declare_exchange(target.exchange, ExchangeKind::Topic).await {
+            pool.close().await;
+            return Err(format!("cannot connect the relay's publisher: {} ({})", f.reason, f.kind).into());
+        }
+        let relay = Relay::builder(pool.clone(), publisher.clone()).exchange(target.exchange).declare_exchange(false);
+        let handle = match relay.build() {
+            Ok(relay) => relay.spawn(),
+            Err(e) => {
+                publisher.close().await;
+                pool.close().await;
+                return Err(e.into());
+            }
+        };
+        Ok(Self { pool, publisher, handle })
+    }
+
+    async fn stop(self) -> Result<(), BoxError> {
+        let stopped = self.handle.shutdown().await;
+        self.publisher.close().await;
+        self.pool.close().await;
+        Ok(stopped?)
+    }
+}
+
+async fn measure_latency(db: &TestDb, target: Target<'_>, plan: Plan) -> Result<Latency, BoxError> {
+    target.purge().await?;
+    let arrivals = Arrivals::start(target, u64::MAX, true).await?;
+    let outcome = async {
+        let relay = InProcess::start(db, target).await?;
+        let produced = produce(db, plan).await;
+        // Wait for the stragglers (every event committed, warm-up included), then stop the relay.
+        let expected = produced.as_ref().map(|c| c.len() as u64).unwrap_or(0);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while arrivals.count() < expected && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let stopped = relay.stop().await;
+        let produced = produced?;
+        stopped?;
+        Ok::<_, BoxError>(produced)
+    }
+    .await;
+    let arrived = arrivals.stop().await;
+    let commits = outcome?;
+    let arrived = arrived?;
+    target.purge().await?;
+
+    let mut first_arrival: HashMap<Uuid, Instant> = HashMap::with_capacity(arrived.len());
+    for (id, at) in arrived {
+        first_arrival.entry(id).or_insert(at);
+    }
+    let measured: Vec<&Commit> = commits.iter().filter(|c| c.measured).collect();
+    let mut latencies: Vec<f64> = measured
+        .iter()
+        .filter_map(|c| first_arrival.get(&c.id).map(|at| at.saturating_duration_since(c.at).as_secs_f64() * 1e3))
+        .collect();
+    latencies.sort_by(f64::total_cmp);
+    let missing = measured.len() - latencies.len();
+    let offered = measured.len() as f64 / plan.latency_window.as_secs_f64();
+    comment(format_args!(
+        "latency: {} events committed in {:?} after {:?} of warm-up ({PRODUCERS} producers, {LATENCY_ENTITIES} \
+         entities, one event per transaction), {} arrived, {missing} missing",
+        measured.len(),
+        plan.latency_window,
+        plan.latency_warmup,
+        latencies.len()
+    ));
+    if latencies.is_empty() {
+        return Err("no event of the latency phase arrived".into());
+    }
+    let p90 = percentile(&latencies, 0.90);
+    let p999 = percentile(&latencies, 0.999);
+    comment(format_args!("latency: p90 {p90:.2} ms, p99.9 {p999:.2} ms"));
+    Ok(Latency {
+        offered,
+        samples: latencies.len() as u64,
+        p50: percentile(&latencies, 0.50),
+        p99: percentile(&latencies, 0.99),
+        max: latencies.last().copied().unwrap_or(0.0),
+    })
+}
+
+/// Nearest-rank percentile of sorted values.
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let rank = (p * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// One committed event of the latency phase.
+#[derive(Debug)]
+struct Commit {
+    id: Uuid,
+    /// When `COMMIT` returned.
+    at: Instant,
+    /// Whether its tick fell in the measured window (not the warm-up).
+    measured: bool,
+}
+
+/// The steady load: [`PRODUCERS`] tasks, each with its own connection, committing one event per
+/// [`TICK`] (missed ticks are caught up, so the offered rate holds), each over its own entities.
+async fn produce(db: &TestDb, plan: Plan) -> Result<Vec<Commit>, BoxError> {
+    let pool = PgPoolOptions::new()
+        .max_connections(u32::try_from(PRODUCERS)?)
+        .min_connections(u32::try_from(PRODUCERS)?)
+        .connect_with(db.connect_options().clone())
+        .await?;
+    let begin = Instant::now() + Duration::from_millis(100);
+    let measure_from = begin + plan.latency_warmup;
+    let end = measure_from + plan.latency_window;
+    let tasks = (0..PRODUCERS).map(|producer| {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let outbox = Outbox::new();
+            let mut conn = pool.acquire().await?;
+            let mut ticks = tokio::time::interval_at(begin, TICK);
+            let mut commits = Vec::new();
+            for n in 0_u64.. {
+                let tick = ticks.tick().await;
+                if tick >= end {
+                    break;
+                }
+                let order = i64::try_from(producer + PRODUCERS * (n % (LATENCY_ENTITIES / PRODUCERS)) + 1)?;
+                let mut tx = conn.begin().await?;
+                let id = outbox.enqueue(&mut tx, event(order)?.entity(format!("order-{order}"))).await?;
+                tx.commit().await?;
+                commits.push(Commit { id: *id.as_uuid(), at: Instant::now(), measured: tick >= measure_from });
+            }
+            Ok::<_, BoxError>(commits)
+        })
+    });
+    let outcome = try_join_all(tasks).await;
+    pool.close().await;
+    let mut commits = Vec::new();
+    for done in outcome? {
+        commits.extend(done?);
+    }
+    Ok(commits)
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Backlog size
+
+/// Fills a backlog, drains it with an in-process relay and returns events per second.
+async fn drain_in_process(db: &TestDb, target: Target<'_>, backlog: u64, entities: u64) -> Result<f64, BoxError> {
+    let filled = fill(db, backlog, entities).await?;
+    target.purge().await?;
+    let arrivals = Arrivals::start(target, backlog, false).await?;
+    let outcome = async {
+        let relay = InProcess::start(db, target).await?;
+        let drained = await_drain(db.pool(), &arrivals, backlog, Instant::now(), None).await;
+        let stopped = relay.stop().await;
+        let drained = drained?;
+        stopped?;
+        Ok::<_, BoxError>(drained)
+    }
+    .await;
+    let stopped = arrivals.stop().await;
+    let drained = outcome?;
+    stopped?;
+    target.purge().await?;
+    report_drain("backlog (relay in-process)", backlog, entities, filled, &drained);
+    Ok(drained.rate(backlog))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let values: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&values, 0.50), 50.0);
+        assert_eq!(percentile(&values, 0.99), 99.0);
+        assert_eq!(percentile(&values, 1.0), 100.0);
+        assert_eq!(percentile(&[7.0], 0.99), 7.0);
+    }
+
+    #[test]
+    fn raw_messages_look_like_the_relays() {
+        let message = wire_message(1_234, 1_000).expect("message");
+        assert_eq!(message.properties.delivery_mode, Some(wire::PERSISTENT));
+        assert_eq!(message.headers.get(wire::HEADER_ENTITY), Some(&HeaderValue::String("order-235".into())));
+        assert_eq!(message.headers.get(wire::HEADER_SEQ), Some(&HeaderValue::Int(2)));
+        assert!((280..=320).contains(&message.body.len()));
+    }
+}
