@@ -435,3 +435,44 @@ async fn reconnects_after_the_broker_drops_the_connection() {
     assert_eq!(effects(env.db.pool(), "r").await, [1, 2, 3, 4]);
     env.close().await;
 }
+
+/// Graceful shutdown while a delivery is being handled: it is finished, committed and acked (not
+/// redelivered), then the runner stops.
+#[tokio::test]
+async fn graceful_shutdown_finishes_and_acks_the_delivery_in_hand() {
+    let env = Env::new().await;
+    let started = Arc::new(tokio::sync::Notify::new());
+    let signal = started.clone();
+    let slow = tower::service_fn(move |req: InboxRequest| {
+        let signal = signal.clone();
+        async move {
+            signal.notify_one();
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            apply(req).await
+        }
+    });
+    let svc = InboxLayer::new(env.db.pool().clone(), "shipping").layer(slow);
+    let handle = env.runner(svc).build().expect("runner").spawn();
+    env.publish(&[event("g", 1)]).await;
+    tokio::time::timeout(Duration::from_secs(10), started.notified()).await.expect("handler started");
+    handle.shutdown().await.expect("graceful shutdown");
+    assert_eq!(effects(env.db.pool(), "g").await, [1], "the delivery in hand was finished");
+
+    let conn = lapin::Connection::connect(&outbox_testkit::amqp_url(), lapin::ConnectionProperties::default())
+        .await
+        .expect("connect");
+    let queue = conn
+        .create_channel()
+        .await
+        .expect("channel")
+        .queue_declare(
+            env.topology.queues[0].as_str().into(),
+            lapin::options::QueueDeclareOptions { passive: true, ..Default::default() },
+            FieldTable::default(),
+        )
+        .await
+        .expect("passive declare");
+    assert_eq!(queue.message_count(), 0, "acked before closing, so nothing comes back");
+    let _ = conn.close(200, "".into()).await;
+    env.close().await;
+}
