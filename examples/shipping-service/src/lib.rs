@@ -1,0 +1,84 @@
+//! The shipping service of the example: a consumer.
+//!
+//! It applies `order.changed` events through the inbox: each event inserts one row into
+//! `shipments` in the inbox's transaction, so each change is applied exactly once and in order per
+//! order, whatever RabbitMQ redelivers.
+
+use outbox_consumer::{HandlerError, InboxLayer, InboxRequest, InboxRunner, RunnerHandle, Topology};
+use serde::Deserialize;
+use sqlx::PgPool;
+use tower::Layer;
+
+/// The consumer name of this service in the inbox tables.
+pub const CONSUMER: &str = "shipping";
+
+/// The part of `order.changed` this service reads.
+#[derive(Debug, Deserialize)]
+struct OrderChanged {
+    order_id: i64,
+    version: i64,
+    status: String,
+}
+
+/// Creates the `shipments` table and the inbox tables.
+///
+/// # Errors
+/// A database or migration error.
+pub async fn migrate(pool: &PgPool) -> Result<(), outbox_consumer::Error> {
+    outbox_consumer::migrate(pool).await.map_err(|e| outbox_consumer::Error::Layer(e.to_string()))?;
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS shipments (
+             n bigserial PRIMARY KEY, order_id bigint NOT NULL, version bigint NOT NULL, status text NOT NULL,
+             applied_at timestamptz NOT NULL DEFAULT now())",
+    )
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// The handler: one shipment row per order change, in the inbox's transaction.
+async fn apply(mut req: InboxRequest) -> Result<InboxRequest, HandlerError> {
+    let change: OrderChanged =
+        req.event().payload.json().map_err(|_| HandlerError::permanent("order.changed payload does not match v1"))?;
+    sqlx::query("INSERT INTO shipments (order_id, version, status) VALUES ($1, $2, $3)")
+        .bind(change.order_id)
+        .bind(change.version)
+        .bind(&change.status)
+        .execute(req.conn())
+        .await?;
+    Ok(req)
+}
+
+/// Declares the partition queues `<queue_base>.<n>` (bound to `exchange`) and starts consuming them.
+///
+/// # Errors
+/// A broker error while declaring the queues.
+pub async fn start(
+    pool: &PgPool,
+    amqp_url: &str,
+    exchange: &str,
+    queue_base: &str,
+    partitions: u32,
+) -> Result<(RunnerHandle, Topology), outbox_consumer::Error> {
+    let conn = lapin::Connection::connect(amqp_url, lapin::ConnectionProperties::default())
+        .await
+        .map_err(|e| outbox_consumer::Error::Amqp(e.to_string()))?;
+    let channel = conn.create_channel().await.map_err(|e| outbox_consumer::Error::Amqp(e.to_string()))?;
+    let declare = channel
+        .exchange_declare(
+            exchange.into(),
+            lapin::ExchangeKind::Topic,
+            lapin::options::ExchangeDeclareOptions { durable: true, ..Default::default() },
+            lapin::types::FieldTable::default(),
+        )
+        .await;
+    declare.map_err(|e| outbox_consumer::Error::Amqp(e.to_string()))?;
+    let topology = outbox_consumer::declare_partitions(&channel, exchange, queue_base, "partition.", partitions)
+        .await
+        .map_err(|e| outbox_consumer::Error::Amqp(e.to_string()))?;
+    let _ = conn.close(200, "declared".into()).await;
+    let service = InboxLayer::new(pool.clone(), CONSUMER).layer(tower::service_fn(apply));
+    let runner =
+        InboxRunner::builder(amqp_url, service).topology(&topology).connection_name("shipping-service").build()?;
+    Ok((runner.spawn(), topology))
+}
