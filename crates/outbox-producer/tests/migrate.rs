@@ -78,8 +78,8 @@ async fn hot_queries_use_indexes() {
             sqlx::query_scalar(sqlx::AssertSqlSafe(format!("EXPLAIN {sql}"))).fetch_all(pool).await.expect("explain");
         lines.join("\n")
     };
-    let due = plan("SELECT id FROM outbox_events WHERE status = 'pending' AND next_attempt_at <= now() ORDER BY next_attempt_at, id LIMIT 100").await;
-    assert!(due.contains("outbox_events_due") && !due.contains("Seq Scan"), "{due}");
+    let due = plan("SELECT id FROM outbox_events WHERE status = 'pending' AND next_attempt_at <= now() ORDER BY position LIMIT 100").await;
+    assert!(due.contains("outbox_events_queue") && !due.contains("Seq Scan"), "{due}");
     let pred = plan("SELECT status FROM outbox_events WHERE entity_key = 'e7' AND seq = 40").await;
     assert!(pred.contains("outbox_events_entity_seq"), "{pred}");
     db.close().await.expect("drop db");

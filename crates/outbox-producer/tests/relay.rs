@@ -232,3 +232,23 @@ async fn relay_reconnects_after_the_broker_drops_its_connection() {
     env.recorder.in_entity_order().expect("order");
     env.close().await;
 }
+
+/// A row held behind a quarantined predecessor that is no longer quarantined (an operator's retry
+/// racing with a claim) is released by the relay's periodic re-check: nothing stays behind forever.
+#[tokio::test]
+async fn rows_held_behind_a_formerly_quarantined_event_are_released() {
+    let env = Env::new().await;
+    let ids = enqueue(env.pool(), 1, 3, 0).await;
+    // The outcome of the race: the successors were deferred as if their predecessor were still
+    // quarantined, but it is pending again and nobody will wake them.
+    sqlx::query("UPDATE outbox_events SET next_attempt_at = 'infinity' WHERE seq > 1")
+        .execute(env.pool())
+        .await
+        .expect("hold");
+    let handle = env.relay().build().expect("relay").spawn();
+    env.recorder.wait_for_count(3, Duration::from_secs(20)).await.expect("released by the re-check (every 30 polls)");
+    handle.shutdown().await.expect("shutdown");
+    env.recorder.all_delivered(ids.iter().copied()).expect("nothing left behind");
+    env.recorder.in_entity_order().expect("order");
+    env.close().await;
+}

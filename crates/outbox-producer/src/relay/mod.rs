@@ -410,6 +410,7 @@ impl<P: Publisher> Relay<P> {
                 tasks.spawn(async move { relay.worker(stop_rx, hard_rx).await }.in_current_span());
             }
             let listener = tokio::spawn(listen(self.shared.clone()).in_current_span());
+            let maintenance = tokio::spawn(maintain(self.shared.clone()).in_current_span());
             tracing::info!(workers, batch_size = s.batch_size, "relay started");
 
             tokio::pin!(shutdown);
@@ -419,6 +420,7 @@ impl<P: Publisher> Relay<P> {
                 r = join_next_error(&mut tasks) => result = r,
             }
             listener.abort();
+            maintenance.abort();
             if self.shared.crashed.load(Ordering::SeqCst) {
                 tasks.abort_all();
                 return Err(Error::Crashed);
@@ -647,6 +649,23 @@ async fn join_next_error(tasks: &mut JoinSet<Result<()>>) -> Result<()> {
         }
     }
     std::future::pending().await
+}
+
+/// Periodic housekeeping: release rows held behind events that are no longer quarantined.
+async fn maintain<P: Publisher>(shared: Arc<Shared<P>>) {
+    // Every 30 polls (30 s by default).
+    let mut tick = tokio::time::interval(shared.settings.poll_interval * 30);
+    loop {
+        tick.tick().await;
+        match store::release_held(&shared.pool).await {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::info!(released = n, "rows held behind a formerly quarantined event are due again");
+                shared.wake.notify_waiters();
+            }
+            Err(e) => tracing::warn!(error = %e, "could not re-check held rows"),
+        }
+    }
 }
 
 /// LISTEN for commits; wake the workers on each notification, and after every reconnect (when

@@ -17,15 +17,13 @@ pub(crate) struct Claimed {
     pub(crate) attempts: u32,
 }
 
-/// Claims up to `batch` due rows whose predecessor is done.
+/// Claims up to `batch` due rows whose predecessor is done, scanning pending rows in queue
+/// position (commit order per entity), so a head is always seen before its successors.
 ///
-/// Rows whose predecessor is not done are deferred so that they stop crowding the scan window:
-/// - predecessor quarantined: until an operator retries or skips it (`admin` wakes them);
-/// - predecessor waiting for a retry: until that retry;
-/// - predecessor in flight or due but outside the window, only when the window holds fewer ready
-///   rows than a batch (blocked rows crowd it, for example after a crashed relay's leases
-///   expired): until four leases after the predecessor's due time. Publishing a row wakes its
-///   successor at once (`MARK_PUBLISHED`), so the deferral is only a bound.
+/// Rows whose predecessor is quarantined are deferred until an operator acts (`admin` wakes them,
+/// and `RELEASE_HELD` re-checks them periodically); rows whose predecessor waits for a retry are
+/// deferred until that retry. Rows behind an in-flight predecessor are left as they are: the
+/// predecessor precedes them, and its publication makes them claimable.
 const CLAIM: &str = "\
 WITH cand AS (
     SELECT e.id, (p.status IS NULL OR p.status IN ('published', 'skipped')) AS ready,
@@ -36,25 +34,17 @@ WITH cand AS (
         WHERE q.entity_key = e.entity_key AND q.seq = e.seq - 1
     ) p ON true
     WHERE e.status = 'pending' AND e.next_attempt_at <= now()
-    ORDER BY e.next_attempt_at, e.id
+    ORDER BY e.position
     LIMIT $1
     FOR UPDATE OF e SKIP LOCKED
-), stats AS (
-    SELECT count(*) AS scanned, count(*) FILTER (WHERE ready) AS ready FROM cand
 ), ready AS (
     SELECT id FROM cand WHERE ready LIMIT $2
 ), deferred AS (
     UPDATE outbox_events o
-    SET next_attempt_at = CASE
-            WHEN cand.p_status = 'quarantined' THEN 'infinity'::timestamptz
-            WHEN cand.p_owner IS NULL AND cand.p_next > now() THEN cand.p_next
-            ELSE greatest(cand.p_next, now()) + make_interval(secs => $6)
-        END
-    FROM cand, stats
+    SET next_attempt_at = CASE WHEN cand.p_status = 'quarantined' THEN 'infinity'::timestamptz ELSE cand.p_next END
+    FROM cand
     WHERE o.id = cand.id AND NOT cand.ready
-      AND (cand.p_status = 'quarantined'
-           OR (cand.p_owner IS NULL AND cand.p_next > now())
-           OR (stats.scanned = $1 AND stats.ready < $2))
+      AND (cand.p_status = 'quarantined' OR (cand.p_owner IS NULL AND cand.p_next > now()))
     RETURNING o.id
 )
 UPDATE outbox_events o
@@ -65,8 +55,17 @@ WHERE o.id = ready.id
 RETURNING o.id, o.event_type, o.event_version, o.entity_key, o.seq, o.payload, o.content_type, o.headers,
           o.correlation_id, o.causation_id, o.traceparent, o.created_at, o.attempts";
 
+/// Makes rows held behind a predecessor that is no longer quarantined due again (a retry or skip
+/// by an operator wakes them itself; this closes the race with a claim that deferred them at the
+/// same moment).
+const RELEASE_HELD: &str = "\
+UPDATE outbox_events s SET next_attempt_at = now()
+WHERE s.status = 'pending' AND s.next_attempt_at = 'infinity'
+  AND NOT EXISTS (SELECT 1 FROM outbox_events p
+                  WHERE p.entity_key = s.entity_key AND p.seq = s.seq - 1 AND p.status = 'quarantined')";
+
 /// Marks confirmed rows published and makes each one's successor due at once (it may have been
-/// deferred while this row was in flight).
+/// deferred while this row waited for a retry).
 const MARK_PUBLISHED: &str = "\
 WITH done AS (
     UPDATE outbox_events
@@ -174,7 +173,6 @@ pub(crate) async fn claim(
         .bind(owner)
         .bind(token)
         .bind(lease.as_secs_f64())
-        .bind(lease.as_secs_f64() * 4.0)
         .fetch_all(pool)
         .await?;
     rows.iter().map(event_from_row).collect()
@@ -237,4 +235,9 @@ pub(crate) async fn listen(pool: &PgPool, relay_id: &str, ttl: Duration) -> Resu
 pub(crate) async fn unlisten(pool: &PgPool, relay_id: &str) -> Result<()> {
     sqlx::query("DELETE FROM outbox_relay_listeners WHERE relay_id = $1").bind(relay_id).execute(pool).await?;
     Ok(())
+}
+
+/// Re-checks rows held behind quarantined predecessors; returns how many were released.
+pub(crate) async fn release_held(pool: &PgPool) -> Result<u64> {
+    Ok(sqlx::query(RELEASE_HELD).execute(pool).await?.rows_affected())
 }
