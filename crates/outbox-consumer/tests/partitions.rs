@@ -1,14 +1,13 @@
-//! Ordered parallel consumption over partition queues with single active consumers, and the whole
-//! product end to end: producer, relay, consumer.
+//! The whole product end to end over partition queues with single active consumers: producer,
+//! relay, consumers. (Three consumer processes with one killed: `examples/shipping-service/tests`.)
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use lapin::ExchangeKind;
 use outbox_consumer::{HandlerError, InboxLayer, InboxRequest, InboxRunner, Topology};
-use outbox_core::{Entity, Event, EventId, Headers, NewEvent, Payload, RetryPolicy};
-use outbox_producer::{AmqpPublisher, Outbox, Partitioned, Relay, RoutingStrategy};
+use outbox_core::{NewEvent, RetryPolicy};
+use outbox_producer::{AmqpPublisher, Outbox, Partitioned, Relay};
 use outbox_testkit::{TestBroker, TestDb, wait_for};
-use rand::seq::SliceRandom;
 use sqlx::PgPool;
 use tower::Layer;
 
@@ -77,74 +76,6 @@ fn runner(pool: &PgPool, topology: &Topology) -> outbox_consumer::RunnerHandle {
         .build()
         .expect("runner")
         .spawn()
-}
-
-/// Three consumers on four partition queues, 1,000 entities, events published in a shuffled
-/// order across entities; one consumer dies half-way. Every event is applied once, in order.
-#[tokio::test]
-async fn three_consumers_on_four_partitions_apply_1000_entities_once_and_in_order() {
-    let db = TestDb::new().await.expect("db");
-    applied_table(db.pool()).await;
-    let broker = TestBroker::new().await.expect("broker");
-    let exchange = broker.declare_exchange("events", ExchangeKind::Topic).await.expect("exchange");
-    let topology = partitions(&broker, &exchange).await;
-    let routing = Partitioned::new(PARTITIONS);
-
-    // Five events per entity; the entities' events interleaved at random, each entity in order.
-    let mut slots: Vec<usize> = (0..1000).flat_map(|e| std::iter::repeat_n(e, 5)).collect();
-    slots.shuffle(&mut rand::rng());
-    let mut next = vec![0u64; 1000];
-    let events: Vec<(String, Event)> = slots
-        .into_iter()
-        .map(|e| {
-            next[e] += 1;
-            let event = Event {
-                id: EventId::new(),
-                event_type: "order.changed".to_owned(),
-                event_version: 1,
-                entity: Some(Entity { key: format!("order-{e}"), seq: next[e] }),
-                payload: Payload::new(
-                    serde_json::to_vec(&serde_json::json!({ "version": next[e] })).expect("json"),
-                    "application/json",
-                ),
-                correlation_id: None,
-                causation_id: None,
-                traceparent: None,
-                headers: Headers::new(),
-                created_at: SystemTime::now(),
-            };
-            (routing.routing_key(&event), event)
-        })
-        .collect();
-
-    let consumers: Vec<_> = (0..3).map(|_| runner(db.pool(), &topology)).collect();
-    let (first, second) = events.split_at(events.len() / 2);
-    broker.publish_routed(&exchange, first).await.expect("publish");
-    wait_for("a quarter applied", Duration::from_secs(60), || async {
-        (count(db.pool(), "SELECT count(*) FROM applied").await >= 1250).then_some(())
-    })
-    .await
-    .expect("progress");
-    // The consumer that registered first is the active one on every partition: kill it.
-    consumers[0].abort();
-    broker.publish_routed(&exchange, second).await.expect("publish");
-    wait_for("every event applied", Duration::from_secs(120), || async {
-        (count(db.pool(), "SELECT count(*) FROM applied").await >= 5000).then_some(())
-    })
-    .await
-    .expect("all applied");
-    for c in consumers.into_iter().skip(1) {
-        c.shutdown().await.expect("shutdown");
-    }
-
-    let per_entity = applied_per_entity(db.pool()).await;
-    assert_eq!(per_entity.len(), 1000);
-    for (entity, seqs) in &per_entity {
-        assert_eq!(seqs, &[1, 2, 3, 4, 5], "{entity}: applied out of order or more than once");
-    }
-    assert_eq!(count(db.pool(), "SELECT count(*) FROM applied").await, 5000);
-    broker.close().await.expect("cleanup");
-    db.close().await.expect("cleanup");
 }
 
 /// End to end: a producer writes 10,000 changes with their events, the relay publishes them over

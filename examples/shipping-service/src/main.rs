@@ -3,8 +3,11 @@
 //! Run: `cargo run -p shipping-service`
 //!
 //! Environment: `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/outbox_example_shipping`,
-//! created if missing), `AMQP_URL` (default `amqp://guest:guest@127.0.0.1:5672/%2f`), `RUST_LOG`.
-//! Consumes the 4 partition queues `shipping.orders.<n>` bound to the exchange `orders.events`.
+//! created if missing), `AMQP_URL` (default `amqp://guest:guest@127.0.0.1:5672/%2f`), `EXCHANGE`
+//! (default `orders.events`), `QUEUE_BASE` (default `shipping.orders`), `PARTITIONS` (default 4),
+//! `RUST_LOG`. Consumes the partition queues `<QUEUE_BASE>.<n>` bound to the exchange; run several
+//! processes and each queue has one active consumer, the others standing by. Stops on SIGTERM or
+//! Ctrl-C after finishing the deliveries in hand.
 
 use sqlx::migrate::MigrateDatabase;
 
@@ -21,8 +24,15 @@ async fn main() -> Result<(), BoxError> {
     }
     let pool = sqlx::PgPool::connect(&db).await?;
     shipping_service::migrate(&pool).await?;
-    let (runner, _) = shipping_service::start(&pool, &amqp, "orders.events", "shipping.orders", 4).await?;
-    tokio::signal::ctrl_c().await?;
+    let exchange = std::env::var("EXCHANGE").unwrap_or_else(|_| "orders.events".into());
+    let queue_base = std::env::var("QUEUE_BASE").unwrap_or_else(|_| "shipping.orders".into());
+    let partitions: u32 = std::env::var("PARTITIONS").ok().map(|p| p.parse()).transpose()?.unwrap_or(4);
+    let (runner, _) = shipping_service::start(&pool, &amqp, &exchange, &queue_base, partitions).await?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        r = tokio::signal::ctrl_c() => r?,
+    }
     runner.shutdown().await?;
     Ok(())
 }
