@@ -4,6 +4,7 @@
 //! - [`TestDb`]: a fresh database per test, with the outbox and inbox migrations applied, dropped
 //!   afterwards (also when the test panics).
 //! - [`TestBroker`]: exchange and queue names with a random suffix, deleted afterwards.
+//! - [`FaultyPublisher`]: fails, nacks, returns, delays or loses the confirms of chosen publishes.
 //! - [`Recorder`]: records every delivery of a queue; checks ids, duplicates and per-entity order.
 //!
 //! The servers are found through `OUTBOX_TEST_DATABASE_URL` (or `DATABASE_URL`) and
@@ -26,11 +27,13 @@
 mod broker;
 mod db;
 mod error;
+mod faulty;
 mod recorder;
 
 pub use broker::{TestBroker, amqp_url, close_connections_named};
 pub use db::TestDb;
 pub use error::{Error, Result};
+pub use faulty::{Fault, FaultyPublisher};
 pub use recorder::{Record, Recorder};
 
 /// A random lowercase suffix for names of test resources.
