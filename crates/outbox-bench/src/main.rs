@@ -3,7 +3,7 @@
 //! ```text
 //! cargo run --release -p outbox-bench -- producer           # full run, about two minutes
 //! cargo run --release -p outbox-bench -- producer --quick   # smoke run, under a minute
-//! cargo run --release -p outbox-bench -- relay              # full run, about five minutes
+//! cargo run --release -p outbox-bench -- relay              # full run, about four minutes
 //! cargo run --release -p outbox-bench -- relay --quick      # smoke run, under a minute
 //! ```
 //!

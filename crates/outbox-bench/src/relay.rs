@@ -27,9 +27,11 @@
 //!    each in a fresh database, relay in-process with defaults. The small backlog is drained before
 //!    and after the large one (each in its own database) and its rate is the mean of both.
 //!
-//! Before every drain the table is brought to a comparable state: `VACUUM ANALYZE` and
-//! `CHECKPOINT` after the fill (as autovacuum would eventually do for a backlog that built up while
-//! the relay was down).
+//! Before every drain the table is brought to a comparable state, the one a backlog that built up
+//! while the relay was down has where autovacuum runs: `VACUUM ANALYZE`, then `CHECKPOINT`. Every
+//! drain has a time limit ([`Plan::new`]) well above what a relay near its targets needs; a drain
+//! still running then is cut off, its rate counts the rows it published until then, and a `#` line
+//! says where the pending rows stand (claimed, due, deferred; ready or behind their predecessor).
 
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -66,10 +68,8 @@ const CEILING_WINDOW: usize = 1024;
 const FILLERS: u64 = 4;
 /// Events per `enqueue_many` transaction when filling a backlog.
 const FILL_BATCH: u64 = 2_000;
-/// Entities of the backlog-size comparison.
-const BACKLOG_ENTITIES: u64 = 1_000;
-/// The small backlog of the comparison.
-const BACKLOG_SMALL: u64 = 10_000;
+/// Entities the raw messages are spread over (their headers name one), as in the drains.
+const RAW_ENTITIES: u64 = 1_000;
 /// Producer tasks of the latency phase, each committing one event per tick.
 const PRODUCERS: u64 = 10;
 /// Entities of the latency phase, spread round-robin over the producers.
@@ -78,8 +78,6 @@ const LATENCY_ENTITIES: u64 = 100;
 const TICK: Duration = Duration::from_millis(10);
 /// Connections of a relay's pool, as `outbox relay` opens.
 const RELAY_CONNECTIONS: u32 = 4;
-/// A drain that makes no progress for this long has failed.
-const STALL: Duration = Duration::from_secs(60);
 /// Environment variables that carry the URLs to the relay process (never its command line,
 /// which every user of the machine can read).
 const ENV_DATABASE_URL: &str = "OUTBOX_BENCH_DATABASE_URL";
@@ -89,45 +87,68 @@ const READY: &str = "ready";
 
 const PREPARE: &str = "VACUUM ANALYZE outbox_events, outbox_entity_sequences";
 const ANY_PENDING: &str = "SELECT EXISTS (SELECT 1 FROM outbox_events WHERE status = 'pending')";
-const BY_STATUS: &str = "SELECT status, count(*) FROM outbox_events GROUP BY status ORDER BY status";
+const PUBLISHED: &str = "SELECT count(*) FROM outbox_events WHERE status = 'published'";
+/// Where the pending rows of a drain that was cut off stand: claimed, due or deferred, and whether
+/// their predecessor is done (ready) or not (blocked).
+const PENDING_STATE: &str = "\
+SELECT count(*) FILTER (WHERE lease_owner IS NULL AND next_attempt_at <= now() AND NOT ready),
+       count(*) FILTER (WHERE lease_owner IS NULL AND next_attempt_at <= now() AND ready),
+       count(*) FILTER (WHERE lease_owner IS NULL AND next_attempt_at > now() AND ready),
+       count(*) FILTER (WHERE lease_owner IS NULL AND next_attempt_at > now() AND NOT ready),
+       count(*) FILTER (WHERE lease_owner IS NOT NULL)
+FROM (SELECT e.lease_owner, e.next_attempt_at, (p.status IS NULL OR p.status IN ('published', 'skipped')) AS ready
+      FROM outbox_events e
+      LEFT JOIN outbox_events p ON p.entity_key = e.entity_key AND p.seq = e.seq - 1
+      WHERE e.status = 'pending') AS pending";
+
+/// A backlog to drain: its size, its entities, and how long the drain may take before it is cut
+/// off (far longer than a relay near its targets needs; a cut-off drain counts what it published).
+#[derive(Debug, Clone, Copy)]
+struct Backlog {
+    events: u64,
+    entities: u64,
+    limit: Duration,
+}
 
 /// Sizes and durations of one benchmark run.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Plan {
     /// Messages of each raw-publishing round.
     ceiling_messages: u64,
-    /// Backlog of the drain phase, and its entities.
-    drain_backlog: u64,
-    drain_entities: u64,
+    /// The backlog the relay process drains.
+    drain: Backlog,
     /// Latency phase: warm-up (not measured), then the measured window.
     latency_warmup: Duration,
     latency_window: Duration,
-    /// The large backlog of the backlog-size comparison.
-    backlog_large: u64,
+    /// The backlog-size comparison.
+    small: Backlog,
+    large: Backlog,
 }
 
 impl Plan {
-    /// Full: 100,000 raw messages per ceiling round, a drain of 100,000 events over 1,000 entities,
-    /// 30 s of latency, 1,000,000 against 10,000 events. Quick: 10,000 raw messages, 10,000 events
-    /// over 100 entities, 5 s, 100,000 against 10,000.
+    /// Full: 100,000 raw messages per ceiling round, a drain of 100,000 events over 1,000 entities
+    /// (cut off after 90 s), 30 s of latency, 1,000,000 (180 s) against 10,000 events (30 s) over
+    /// 1,000 entities. Quick: 10,000 raw messages, 10,000 events over 100 entities (15 s), 5 s of
+    /// latency, 100,000 (30 s) against 10,000 events (10 s).
     pub(crate) fn new(quick: bool) -> Self {
+        let secs = Duration::from_secs;
         if quick {
             Self {
                 ceiling_messages: 10_000,
-                drain_backlog: 10_000,
-                drain_entities: 100,
+                drain: Backlog { events: 10_000, entities: 100, limit: secs(15) },
                 latency_warmup: Duration::from_millis(500),
-                latency_window: Duration::from_secs(5),
-                backlog_large: 100_000,
+                latency_window: secs(5),
+                small: Backlog { events: 10_000, entities: 1_000, limit: secs(10) },
+                large: Backlog { events: 100_000, entities: 1_000, limit: secs(30) },
             }
         } else {
             Self {
                 ceiling_messages: 100_000,
-                drain_backlog: 100_000,
-                drain_entities: 1_000,
-                latency_warmup: Duration::from_secs(1),
-                latency_window: Duration::from_secs(30),
-                backlog_large: 1_000_000,
+                drain: Backlog { events: 100_000, entities: 1_000, limit: secs(90) },
+                latency_warmup: secs(1),
+                latency_window: secs(30),
+                small: Backlog { events: 10_000, entities: 1_000, limit: secs(30) },
+                large: Backlog { events: 1_000_000, entities: 1_000, limit: secs(180) },
             }
         }
     }
@@ -173,11 +194,11 @@ async fn bench(broker: &TestBroker, plan: Plan) -> Result<(), BoxError> {
 
     // 1 and 2: the ceiling around the drain.
     let before = ceiling(target, plan.ceiling_messages).await?;
-    let drain = with_db(async |db| drain_in_child(db, target, plan.drain_backlog, plan.drain_entities).await).await?;
+    let drain = with_db(async |db| drain_in_child(db, target, plan.drain).await).await?;
     let after = ceiling(target, plan.ceiling_messages).await?;
     let ceiling = (before + after) / 2.0;
     figure("broker_ceiling_msgs_per_s", Value::Rate(ceiling), "msgs/s");
-    figure("relay_drain_backlog_events", Value::Count(plan.drain_backlog), "events");
+    figure("relay_drain_backlog_events", Value::Count(plan.drain.events), "events");
     figure("relay_drain_events_per_s", Value::Rate(drain.rate), "events/s");
     figure("relay_drain_ratio", Value::Ratio(drain.rate / ceiling), "x");
     figure("relay_peak_rss_mib", Value::Mebibytes(drain.peak_rss_mib), "MiB");
@@ -191,13 +212,13 @@ async fn bench(broker: &TestBroker, plan: Plan) -> Result<(), BoxError> {
     figure("relay_latency_max_ms", Value::Millis(latency.max), "ms");
 
     // 4: a large backlog against a small one, the small one before and after the large one.
-    let small_before = with_db(async |db| drain_in_process(db, target, BACKLOG_SMALL, BACKLOG_ENTITIES).await).await?;
-    let large = with_db(async |db| drain_in_process(db, target, plan.backlog_large, BACKLOG_ENTITIES).await).await?;
-    let small_after = with_db(async |db| drain_in_process(db, target, BACKLOG_SMALL, BACKLOG_ENTITIES).await).await?;
+    let small_before = with_db(async |db| drain_in_process(db, target, plan.small).await).await?;
+    let large = with_db(async |db| drain_in_process(db, target, plan.large).await).await?;
+    let small_after = with_db(async |db| drain_in_process(db, target, plan.small).await).await?;
     let small = (small_before + small_after) / 2.0;
     comment(format_args!(
-        "relay_backlog_1m_ratio: {} events against {BACKLOG_SMALL} events, both over {BACKLOG_ENTITIES} entities",
-        plan.backlog_large
+        "relay_backlog_1m_ratio: {} events against {} events, both over {} entities",
+        plan.large.events, plan.small.events, plan.large.entities
     ));
     figure("relay_backlog_small_events_per_s", Value::Rate(small), "events/s");
     figure("relay_backlog_large_events_per_s", Value::Rate(large), "events/s");
@@ -381,8 +402,7 @@ async fn publish_raw(target: Target<'_>, messages: u64) -> Result<Duration, BoxE
             {
                 confirmed(confirm)?;
             }
-            // Spread over 1,000 entities like the drain, so the headers are alike.
-            let message = wire_message(i, BACKLOG_ENTITIES)?;
+            let message = wire_message(i, RAW_ENTITIES)?;
             let confirm = channel
                 .basic_publish(target.exchange.into(), EVENT_TYPE.into(), options, &message.body, properties(&message))
                 .await?;
@@ -457,84 +477,107 @@ async fn fill(db: &TestDb, total: u64, entities: u64) -> Result<Duration, BoxErr
 /// How a drain went, from the start of the relay.
 #[derive(Debug)]
 struct Drained {
-    /// Every message arrived at the consumer.
-    arrived: Duration,
-    /// Every row marked `published`.
-    marked: Duration,
+    backlog: u64,
+    /// Rows marked `published` at the end: the whole backlog, unless the drain was cut off.
+    published: u64,
+    /// Until every message arrived at the consumer (`None` if the drain was cut off first).
+    arrived: Option<Duration>,
+    /// Until every row was marked `published`, or until the drain was cut off.
+    elapsed: Duration,
     /// When each tenth of the backlog had arrived.
     tenths: Vec<Duration>,
 }
 
 impl Drained {
-    fn rate(&self, backlog: u64) -> f64 {
-        backlog as f64 / self.marked.as_secs_f64()
+    fn complete(&self) -> bool {
+        self.published >= self.backlog
+    }
+
+    /// Rows marked published per second.
+    fn rate(&self) -> f64 {
+        self.published as f64 / self.elapsed.as_secs_f64()
     }
 
     /// The rate of each tenth of the drain, to see whether it slows down as it goes.
-    fn tenth_rates(&self, backlog: u64) -> String {
+    fn tenth_rates(&self) -> String {
         let mut previous = Duration::ZERO;
         let mut rates = Vec::new();
         for &at in &self.tenths {
             let secs = (at - previous).as_secs_f64();
-            rates.push(format!("{:.0}", backlog as f64 / 10.0 / secs.max(f64::EPSILON)));
+            rates.push(format!("{:.0}", self.backlog as f64 / 10.0 / secs.max(f64::EPSILON)));
             previous = at;
         }
         rates.join(" ")
     }
 }
 
-/// Waits until every message arrived and every row is marked published; fails when the drain makes
-/// no progress for [`STALL`] or when the relay process ends early.
+/// Waits until every message arrived and every row is marked published, or until `limit` has
+/// passed since `start` (then the drain is cut off and its rate is what it published until then);
+/// fails if the relay process ends early.
 async fn await_drain(
     pool: &PgPool,
     arrivals: &Arrivals,
     backlog: u64,
     start: Instant,
+    limit: Duration,
     mut child: Option<&mut Child>,
 ) -> Result<Drained, BoxError> {
-    let mut progress = (0, Instant::now());
+    let tenths = |arrivals: &Arrivals| {
+        arrivals
+            .seen
+            .tenths
+            .lock()
+            .map(|t| t.iter().map(|&at| at.saturating_duration_since(start)).collect())
+            .unwrap_or_default()
+    };
     loop {
-        if let Some(&all) = arrivals.seen.all.get() {
-            if !sqlx::query_scalar::<_, bool>(ANY_PENDING).fetch_one(pool).await? {
-                let marked = start.elapsed();
-                let tenths = arrivals
-                    .seen
-                    .tenths
-                    .lock()
-                    .map(|t| t.iter().map(|&at| at.saturating_duration_since(start)).collect())
-                    .unwrap_or_default();
-                return Ok(Drained { arrived: all.saturating_duration_since(start), marked, tenths });
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-            continue;
+        if let Some(&all) = arrivals.seen.all.get()
+            && !sqlx::query_scalar::<_, bool>(ANY_PENDING).fetch_one(pool).await?
+        {
+            let elapsed = start.elapsed();
+            let arrived = Some(all.saturating_duration_since(start));
+            return Ok(Drained { backlog, published: backlog, arrived, elapsed, tenths: tenths(arrivals) });
         }
-        let n = arrivals.count();
-        if n > progress.0 {
-            progress = (n, Instant::now());
-        } else if progress.1.elapsed() > STALL {
-            let rows: Vec<(String, i64)> = sqlx::query_as(BY_STATUS).fetch_all(pool).await?;
-            return Err(format!("the drain stalled at {n} of {backlog} messages; rows by status: {rows:?}").into());
+        if start.elapsed() >= limit {
+            let elapsed = start.elapsed();
+            let published: i64 = sqlx::query_scalar(PUBLISHED).fetch_one(pool).await?;
+            let (due_blocked, due_ready, deferred_ready, deferred_blocked, in_flight): (i64, i64, i64, i64, i64) =
+                sqlx::query_as(PENDING_STATE).fetch_one(pool).await?;
+            comment(format_args!(
+                "drain of {backlog} events cut off after {:.1} s: {} messages arrived, {published} rows published; \
+                 pending: {in_flight} claimed, {due_ready} due and ready, {due_blocked} due behind their \
+                 predecessor, {deferred_blocked} deferred behind their predecessor, {deferred_ready} deferred \
+                 although their predecessor is published (a lost wake-up)",
+                elapsed.as_secs_f64(),
+                arrivals.count()
+            ));
+            let published = u64::try_from(published)?;
+            return Ok(Drained { backlog, published, arrived: None, elapsed, tenths: tenths(arrivals) });
         }
         if let Some(child) = child.as_deref_mut()
             && let Some(status) = child.try_wait()?
         {
             return Err(format!("the relay process ended during the drain: {status}").into());
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        let poll = if arrivals.seen.all.get().is_some() { 5 } else { 20 };
+        tokio::time::sleep(Duration::from_millis(poll)).await;
     }
 }
 
-fn report_drain(what: &str, backlog: u64, entities: u64, filled: Duration, drained: &Drained) {
+fn report_drain(what: &str, entities: u64, filled: Duration, drained: &Drained) {
+    let arrived = drained.arrived.map_or_else(|| "not all".to_owned(), |d| format!("{:.3} s", d.as_secs_f64()));
     comment(format_args!(
-        "{what}: {backlog} events over {entities} entities filled in {:.1} s; all arrived after {:.3} s, \
-         all marked published after {:.3} s: {:.1} events/s",
+        "{what}: {} events over {entities} entities filled in {:.1} s; all arrived after {arrived}; \
+         {} marked published after {:.3} s: {:.1} events/s{}",
+        drained.backlog,
         filled.as_secs_f64(),
-        drained.arrived.as_secs_f64(),
-        drained.marked.as_secs_f64(),
-        drained.rate(backlog)
+        drained.published,
+        drained.elapsed.as_secs_f64(),
+        drained.rate(),
+        if drained.complete() { "" } else { " (CUT OFF)" }
     ));
-    if backlog >= 100_000 {
-        comment(format_args!("{what}: events/s per tenth of the backlog: {}", drained.tenth_rates(backlog)));
+    if drained.backlog >= 100_000 {
+        comment(format_args!("{what}: events/s per tenth of the backlog: {}", drained.tenth_rates()));
     }
 }
 
@@ -548,14 +591,15 @@ struct Drain {
     peak_rss_mib: f64,
 }
 
-async fn drain_in_child(db: &TestDb, target: Target<'_>, backlog: u64, entities: u64) -> Result<Drain, BoxError> {
-    let filled = fill(db, backlog, entities).await?;
+async fn drain_in_child(db: &TestDb, target: Target<'_>, backlog: Backlog) -> Result<Drain, BoxError> {
+    let filled = fill(db, backlog.events, backlog.entities).await?;
     target.purge().await?;
-    let arrivals = Arrivals::start(target, backlog, false).await?;
+    let arrivals = Arrivals::start(target, backlog.events, false).await?;
     let outcome = async {
         let mut process = RelayProcess::spawn(db, target).await?;
         let start = Instant::now();
-        let drained = await_drain(db.pool(), &arrivals, backlog, start, Some(&mut process.child)).await;
+        let drained =
+            await_drain(db.pool(), &arrivals, backlog.events, start, backlog.limit, Some(&mut process.child)).await;
         // Read the peak before the shutdown, which allocates nothing worth measuring.
         let memory = process.memory().await;
         let stopped = process.stop().await;
@@ -569,9 +613,9 @@ async fn drain_in_child(db: &TestDb, target: Target<'_>, backlog: u64, entities:
     let (drained, peak_kib, now_kib) = outcome?;
     stopped?;
     target.purge().await?;
-    report_drain("drain (relay process)", backlog, entities, filled, &drained);
+    report_drain("drain (relay process)", backlog.entities, filled, &drained);
     comment(format_args!("relay process memory after the drain: VmHWM {peak_kib} kB, VmRSS {now_kib} kB"));
-    Ok(Drain { rate: drained.rate(backlog), peak_rss_mib: peak_kib as f64 / 1024.0 })
+    Ok(Drain { rate: drained.rate(), peak_rss_mib: peak_kib as f64 / 1024.0 })
 }
 
 /// A relay in a child process: `outbox-bench relay-process`.
@@ -857,13 +901,13 @@ async fn produce(db: &TestDb, plan: Plan) -> Result<Vec<Commit>, BoxError> {
 // 4. Backlog size
 
 /// Fills a backlog, drains it with an in-process relay and returns events per second.
-async fn drain_in_process(db: &TestDb, target: Target<'_>, backlog: u64, entities: u64) -> Result<f64, BoxError> {
-    let filled = fill(db, backlog, entities).await?;
+async fn drain_in_process(db: &TestDb, target: Target<'_>, backlog: Backlog) -> Result<f64, BoxError> {
+    let filled = fill(db, backlog.events, backlog.entities).await?;
     target.purge().await?;
-    let arrivals = Arrivals::start(target, backlog, false).await?;
+    let arrivals = Arrivals::start(target, backlog.events, false).await?;
     let outcome = async {
         let relay = InProcess::start(db, target).await?;
-        let drained = await_drain(db.pool(), &arrivals, backlog, Instant::now(), None).await;
+        let drained = await_drain(db.pool(), &arrivals, backlog.events, Instant::now(), backlog.limit, None).await;
         let stopped = relay.stop().await;
         let drained = drained?;
         stopped?;
@@ -874,8 +918,8 @@ async fn drain_in_process(db: &TestDb, target: Target<'_>, backlog: u64, entitie
     let drained = outcome?;
     stopped?;
     target.purge().await?;
-    report_drain("backlog (relay in-process)", backlog, entities, filled, &drained);
-    Ok(drained.rate(backlog))
+    report_drain("backlog (relay in-process)", backlog.entities, filled, &drained);
+    Ok(drained.rate())
 }
 
 #[cfg(test)]
