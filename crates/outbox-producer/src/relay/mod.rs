@@ -60,6 +60,7 @@ struct Settings {
     exchange_kind: ExchangeKind,
     declare_exchange: bool,
     app_id: Option<String>,
+    synchronous_commit: bool,
     #[cfg(feature = "fail-points")]
     crash_at: Option<CrashPoint>,
 }
@@ -199,6 +200,17 @@ impl<P: Publisher> RelayBuilder<P> {
         self
     }
 
+    /// Sets whether the relay's own writes (claims, outcomes) wait for the WAL flush. Defaults to
+    /// `false`: the relay opens its own connections (from the pool's connect options) with
+    /// `synchronous_commit = off`. Nothing the relay writes needs to survive a database crash: a
+    /// lost outcome means the event is published again with the same id (at-least-once), a lost
+    /// claim means the row is claimed again. The producers' own commits are not affected.
+    #[must_use]
+    pub fn synchronous_commit(mut self, on: bool) -> Self {
+        self.settings.synchronous_commit = on;
+        self
+    }
+
     /// Arms a crash point: the relay stops there as if its process died. For failure tests.
     #[cfg(feature = "fail-points")]
     #[must_use]
@@ -219,9 +231,18 @@ impl<P: Publisher> RelayBuilder<P> {
         if s.lease.is_zero() || s.poll_interval.is_zero() {
             return Err(Error::InvalidConfig("lease and poll_interval must be positive"));
         }
+        let pool = if s.synchronous_commit {
+            self.pool
+        } else {
+            let workers = s.confirm_window.div_ceil(s.batch_size).max(1);
+            let options = (*self.pool.connect_options()).clone().options([("synchronous_commit", "off")]);
+            sqlx::postgres::PgPoolOptions::new()
+                .max_connections(u32::try_from(workers * 2 + 3).unwrap_or(16))
+                .connect_lazy_with(options)
+        };
         Ok(Relay {
             shared: Arc::new(Shared {
-                pool: self.pool,
+                pool,
                 publisher: self.publisher,
                 routing: self.routing,
                 settings: self.settings,
@@ -362,6 +383,7 @@ impl<P: Publisher> Relay<P> {
                 exchange_kind: ExchangeKind::Topic,
                 declare_exchange: true,
                 app_id: None,
+                synchronous_commit: false,
                 #[cfg(feature = "fail-points")]
                 crash_at: None,
             },

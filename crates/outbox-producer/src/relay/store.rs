@@ -20,6 +20,10 @@ pub(crate) struct Claimed {
 /// Claims up to `batch` due rows whose predecessor is done, scanning pending rows in queue
 /// position (commit order per entity), so a head is always seen before its successors.
 ///
+/// Readiness is read from the statement's snapshot without locking (a predecessor that is
+/// published or skipped stays so); only the ready rows are locked, with `SKIP LOCKED`, and
+/// re-checked on their latest version, so two relays never claim the same row.
+///
 /// Rows whose predecessor is quarantined are deferred until an operator acts (`admin` wakes them,
 /// and `RELEASE_HELD` re-checks them periodically); rows whose predecessor waits for a retry are
 /// deferred until that retry. Rows behind an in-flight predecessor are left as they are: the
@@ -36,14 +40,17 @@ WITH cand AS (
     WHERE e.status = 'pending' AND e.next_attempt_at <= now()
     ORDER BY e.position
     LIMIT $1
-    FOR UPDATE OF e SKIP LOCKED
 ), ready AS (
-    SELECT id FROM cand WHERE ready LIMIT $2
+    SELECT o.id FROM outbox_events o
+    WHERE o.id IN (SELECT id FROM cand WHERE ready) AND o.status = 'pending' AND o.next_attempt_at <= now()
+    ORDER BY o.position
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
 ), deferred AS (
     UPDATE outbox_events o
     SET next_attempt_at = CASE WHEN cand.p_status = 'quarantined' THEN 'infinity'::timestamptz ELSE cand.p_next END
     FROM cand
-    WHERE o.id = cand.id AND NOT cand.ready
+    WHERE o.id = cand.id AND NOT cand.ready AND o.status = 'pending' AND o.lease_owner IS NULL
       AND (cand.p_status = 'quarantined' OR (cand.p_owner IS NULL AND cand.p_next > now()))
     RETURNING o.id
 )
@@ -168,7 +175,7 @@ pub(crate) async fn claim(
 ) -> Result<Vec<Claimed>> {
     let batch = i64::try_from(batch).unwrap_or(i64::MAX);
     let rows = sqlx::query(CLAIM)
-        .bind(batch.saturating_mul(2))
+        .bind(batch.saturating_add(batch / 4))
         .bind(batch)
         .bind(owner)
         .bind(token)
