@@ -4,6 +4,7 @@
 //! - [`TestDb`]: a fresh database per test, with the outbox and inbox migrations applied, dropped
 //!   afterwards (also when the test panics).
 //! - [`TestBroker`]: exchange and queue names with a random suffix, deleted afterwards.
+//! - [`ChaosProxy`]: a loopback TCP proxy that cuts, refuses, stalls or slows connections.
 //! - [`FaultyPublisher`]: fails, nacks, returns, delays or loses the confirms of chosen publishes.
 //! - [`Recorder`]: records every delivery of a queue; checks ids, duplicates and per-entity order.
 //!
@@ -28,12 +29,14 @@ mod broker;
 mod db;
 mod error;
 mod faulty;
+mod proxy;
 mod recorder;
 
 pub use broker::{TestBroker, amqp_url, close_connections_named};
 pub use db::TestDb;
 pub use error::{Error, Result};
 pub use faulty::{Fault, FaultyPublisher};
+pub use proxy::{ChaosProxy, Mode};
 pub use recorder::{Record, Recorder};
 
 /// A random lowercase suffix for names of test resources.
