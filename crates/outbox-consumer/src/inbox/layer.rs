@@ -111,6 +111,24 @@ where
         }
     }
 
+    /// Runs the handler; a permanent failure is recorded (see [`InboxService::record_failed`])
+    /// before it is returned.
+    async fn run_or_record(
+        &self,
+        inner: &mut S,
+        event: Event,
+        tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    ) -> Result<InboxRequest> {
+        let copy = event.clone();
+        let result = Self::run_handler(inner, event, tx).await;
+        if let Err(e) = &result
+            && !e.is_retryable()
+        {
+            self.record_failed(&copy, e).await?;
+        }
+        result
+    }
+
     /// Records a failure as final (in a transaction of its own, after the handler's rolled back),
     /// so that the entity's later events park behind it and an operator can retry it later with
     /// [`InboxService::retry_failed`]. Called for permanent failures, and by the runner when
@@ -158,16 +176,7 @@ where
                 return Ok(Outcome::Parked);
             }
         }
-        let copy = event.clone();
-        let request = match Self::run_handler(inner, event, tx).await {
-            Ok(r) => r,
-            Err(e) => {
-                if !e.is_retryable() {
-                    self.record_failed(&copy, &e).await?;
-                }
-                return Err(e);
-            }
-        };
+        let request = self.run_or_record(inner, event, tx).await?;
         let (event, mut tx) = request.into_parts();
         if let Some(entity) = &event.entity {
             store::advance(&mut tx, consumer, &entity.key, i64::try_from(entity.seq).unwrap_or(i64::MAX)).await?;
@@ -206,16 +215,7 @@ where
             return Ok(false);
         };
         store::mark_processed(&mut tx, consumer, event.id).await?;
-        let copy = event.clone();
-        let request = match Self::run_handler(inner, event, tx).await {
-            Ok(r) => r,
-            Err(e) => {
-                if !e.is_retryable() {
-                    self.record_failed(&copy, &e).await?;
-                }
-                return Err(e);
-            }
-        };
+        let request = self.run_or_record(inner, event, tx).await?;
         let (event, mut tx) = request.into_parts();
         store::advance(&mut tx, consumer, key, last + 1).await?;
         tx.commit().await?;

@@ -108,28 +108,36 @@ async fn finish(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, entity: Option<(
     Ok(())
 }
 
+/// Applies `update` (which must return `entity_key, seq`) to a quarantined event, wakes its
+/// entity's later events and the relays; `false` if no quarantined event has this id.
+async fn resolve(pool: &PgPool, id: EventId, update: &'static str, action: &'static str) -> Result<bool> {
+    let mut tx = pool.begin().await?;
+    let row: Option<(Option<String>, Option<i64>)> =
+        sqlx::query_as(update).bind(id.as_uuid()).fetch_optional(&mut *tx).await?;
+    let Some((key, seq)) = row else {
+        return Ok(false);
+    };
+    finish(&mut tx, key.zip(seq)).await?;
+    tx.commit().await?;
+    tracing::info!(event_id = %id, action, "outbox.quarantine_resolved");
+    Ok(true)
+}
+
 /// Sends a quarantined event again: the same row and event id, attempts reset to 0, due now.
 /// Returns `false` if no quarantined event has this id.
 ///
 /// # Errors
 /// A database error.
 pub async fn retry(pool: &PgPool, id: EventId) -> Result<bool> {
-    let mut tx = pool.begin().await?;
-    let row: Option<(Option<String>, Option<i64>)> = sqlx::query_as(
+    resolve(
+        pool,
+        id,
         "UPDATE outbox_events SET status = 'pending', attempts = 0, next_attempt_at = now(), quarantined_at = NULL,
                 lease_owner = NULL, claim_token = NULL
          WHERE id = $1 AND status = 'quarantined' RETURNING entity_key, seq",
+        "retry",
     )
-    .bind(id.as_uuid())
-    .fetch_optional(&mut *tx)
-    .await?;
-    let Some((key, seq)) = row else {
-        return Ok(false);
-    };
-    finish(&mut tx, key.zip(seq)).await?;
-    tx.commit().await?;
-    tracing::info!(event_id = %id, "outbox.quarantine_retry");
-    Ok(true)
+    .await
 }
 
 /// Gives up on a quarantined event: it is recorded as skipped (never published) and its entity's
@@ -138,20 +146,13 @@ pub async fn retry(pool: &PgPool, id: EventId) -> Result<bool> {
 /// # Errors
 /// A database error.
 pub async fn skip(pool: &PgPool, id: EventId) -> Result<bool> {
-    let mut tx = pool.begin().await?;
-    let row: Option<(Option<String>, Option<i64>)> = sqlx::query_as(
+    resolve(
+        pool,
+        id,
         "UPDATE outbox_events SET status = 'skipped', lease_owner = NULL, claim_token = NULL,
                 last_error = coalesce(last_error, '') || ' (skipped by an operator)'
          WHERE id = $1 AND status = 'quarantined' RETURNING entity_key, seq",
+        "skip",
     )
-    .bind(id.as_uuid())
-    .fetch_optional(&mut *tx)
-    .await?;
-    let Some((key, seq)) = row else {
-        return Ok(false);
-    };
-    finish(&mut tx, key.zip(seq)).await?;
-    tx.commit().await?;
-    tracing::info!(event_id = %id, "outbox.quarantine_skip");
-    Ok(true)
+    .await
 }
