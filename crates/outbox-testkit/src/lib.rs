@@ -66,3 +66,10 @@ where
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+/// The guides under `docs/`, compiled as doc tests so that their code cannot rot.
+#[cfg(doctest)]
+mod guides {
+    #[doc = include_str!("../../../docs/configuration.md")]
+    mod configuration {}
+}
