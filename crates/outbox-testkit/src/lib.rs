@@ -72,4 +72,6 @@ where
 mod guides {
     #[doc = include_str!("../../../docs/configuration.md")]
     mod configuration {}
+    #[doc = include_str!("../../../docs/wire-contract.md")]
+    mod wire_contract {}
 }
