@@ -74,6 +74,8 @@ mod guides {
     mod configuration {}
     #[doc = include_str!("../../../docs/ordering.md")]
     mod ordering {}
+    #[doc = include_str!("../../../docs/quarantine.md")]
+    mod quarantine {}
     #[doc = include_str!("../../../docs/wire-contract.md")]
     mod wire_contract {}
 }
