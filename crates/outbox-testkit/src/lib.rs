@@ -76,6 +76,8 @@ mod guides {
     mod ordering {}
     #[doc = include_str!("../../../docs/quarantine.md")]
     mod quarantine {}
+    #[doc = include_str!("../../../docs/scaling.md")]
+    mod scaling {}
     #[doc = include_str!("../../../docs/wire-contract.md")]
     mod wire_contract {}
 }
