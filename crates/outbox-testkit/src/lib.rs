@@ -72,6 +72,8 @@ where
 mod guides {
     #[doc = include_str!("../../../docs/configuration.md")]
     mod configuration {}
+    #[doc = include_str!("../../../docs/failure-scenarios.md")]
+    mod failure_scenarios {}
     #[doc = include_str!("../../../docs/ordering.md")]
     mod ordering {}
     #[doc = include_str!("../../../docs/quarantine.md")]
