@@ -133,7 +133,7 @@ pub async fn retry(pool: &PgPool, id: EventId) -> Result<bool> {
         pool,
         id,
         "UPDATE outbox_events SET status = 'pending', attempts = 0, next_attempt_at = now(), quarantined_at = NULL,
-                lease_owner = NULL, claim_token = NULL
+                lease_owner = NULL, claim_token = NULL, lease_until = NULL
          WHERE id = $1 AND status = 'quarantined' RETURNING entity_key, seq",
         "retry",
     )
@@ -149,7 +149,7 @@ pub async fn skip(pool: &PgPool, id: EventId) -> Result<bool> {
     resolve(
         pool,
         id,
-        "UPDATE outbox_events SET status = 'skipped', lease_owner = NULL, claim_token = NULL,
+        "UPDATE outbox_events SET status = 'skipped', lease_owner = NULL, claim_token = NULL, lease_until = NULL,
                 last_error = coalesce(last_error, '') || ' (skipped by an operator)'
          WHERE id = $1 AND status = 'quarantined' RETURNING entity_key, seq",
         "skip",

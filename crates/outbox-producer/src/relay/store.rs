@@ -28,21 +28,27 @@ pub(crate) struct Claimed {
 /// and `RELEASE_HELD` re-checks them periodically); rows whose predecessor waits for a retry are
 /// deferred until that retry. Rows behind an in-flight predecessor are left as they are: the
 /// predecessor precedes them, and its publication makes them claimable.
+///
+/// The claim writes only unindexed columns (`lease_until`, owner, token, attempts), so PostgreSQL
+/// can update the rows in place (HOT). Candidates are carried between the steps by their tuple
+/// id: a row changed by another relay in between has a new tuple id, fails the re-check and is
+/// left alone, and the locked rows cannot change until this statement ends.
 const CLAIM: &str = "\
 WITH cand AS (
-    SELECT e.id, (p.status IS NULL OR p.status IN ('published', 'skipped')) AS ready,
+    SELECT e.ctid AS tid, e.id, (p.status IS NULL OR p.status IN ('published', 'skipped')) AS ready,
            p.status AS p_status, p.next_attempt_at AS p_next, p.lease_owner AS p_owner
     FROM outbox_events e
     LEFT JOIN LATERAL (
         SELECT q.status, q.next_attempt_at, q.lease_owner FROM outbox_events q
         WHERE q.entity_key = e.entity_key AND q.seq = e.seq - 1
     ) p ON true
-    WHERE e.status = 'pending' AND e.next_attempt_at <= now()
+    WHERE e.status = 'pending' AND e.next_attempt_at <= now() AND (e.lease_until IS NULL OR e.lease_until <= now())
     ORDER BY e.position
     LIMIT $1
 ), ready AS (
-    SELECT o.id FROM outbox_events o
-    WHERE o.id IN (SELECT id FROM cand WHERE ready) AND o.status = 'pending' AND o.next_attempt_at <= now()
+    SELECT o.ctid AS tid FROM outbox_events o
+    WHERE o.ctid = ANY(ARRAY(SELECT tid FROM cand WHERE ready))
+      AND o.status = 'pending' AND o.next_attempt_at <= now() AND (o.lease_until IS NULL OR o.lease_until <= now())
     ORDER BY o.position
     LIMIT $2
     FOR UPDATE SKIP LOCKED
@@ -56,9 +62,8 @@ WITH cand AS (
 )
 UPDATE outbox_events o
 SET lease_owner = $3, claim_token = $4, attempts = o.attempts + 1,
-    next_attempt_at = now() + make_interval(secs => $5)
-FROM ready
-WHERE o.id = ready.id
+    lease_until = now() + make_interval(secs => $5)
+WHERE o.ctid = ANY(ARRAY(SELECT tid FROM ready))
 RETURNING o.id, o.event_type, o.event_version, o.entity_key, o.seq, o.payload, o.content_type, o.headers,
           o.correlation_id, o.causation_id, o.traceparent, o.created_at, o.attempts";
 
@@ -71,34 +76,25 @@ WHERE s.status = 'pending' AND s.next_attempt_at = 'infinity'
   AND NOT EXISTS (SELECT 1 FROM outbox_events p
                   WHERE p.entity_key = s.entity_key AND p.seq = s.seq - 1 AND p.status = 'quarantined')";
 
-/// Marks confirmed rows published and makes each one's successor due at once (it may have been
-/// deferred while this row waited for a retry).
+/// Marks confirmed rows published. A successor deferred while this row waited for a retry was
+/// deferred to that retry's time, which has passed when the retry is confirmed: it is due already.
 const MARK_PUBLISHED: &str = "\
-WITH done AS (
-    UPDATE outbox_events
-    SET status = 'published', published_at = now(), lease_owner = NULL, claim_token = NULL
-    WHERE id = ANY($1) AND claim_token = $2 AND status = 'pending'
-    RETURNING entity_key, seq
-), woken AS (
-    UPDATE outbox_events s SET next_attempt_at = now()
-    FROM done
-    WHERE s.entity_key = done.entity_key AND s.seq = done.seq + 1 AND s.status = 'pending' AND s.next_attempt_at > now()
-    RETURNING 1
-)
-SELECT count(*) FROM done";
+UPDATE outbox_events
+SET status = 'published', published_at = now(), lease_owner = NULL, claim_token = NULL, lease_until = NULL
+WHERE id = ANY($1) AND claim_token = $2 AND status = 'pending'";
 
 const MARK_FAILED: &str = "\
 UPDATE outbox_events o
 SET status = CASE WHEN f.quarantine THEN 'quarantined' ELSE 'pending' END,
     next_attempt_at = CASE WHEN f.quarantine THEN o.next_attempt_at ELSE now() + make_interval(secs => f.delay) END,
     quarantined_at = CASE WHEN f.quarantine THEN now() END,
-    last_error = f.reason, last_error_kind = f.kind, lease_owner = NULL, claim_token = NULL
+    last_error = f.reason, last_error_kind = f.kind, lease_owner = NULL, claim_token = NULL, lease_until = NULL
 FROM UNNEST($1::uuid[], $2::bool[], $3::float8[], $4::text[], $5::text[]) AS f(id, quarantine, delay, reason, kind)
 WHERE o.id = f.id AND o.claim_token = $6 AND o.status = 'pending'";
 
 const RELEASE: &str = "\
 UPDATE outbox_events
-SET next_attempt_at = now(), lease_owner = NULL, claim_token = NULL
+SET lease_owner = NULL, claim_token = NULL, lease_until = NULL
 WHERE id = ANY($1) AND claim_token = $2 AND status = 'pending'";
 
 /// What to record for a row that was not confirmed.
@@ -190,8 +186,7 @@ pub(crate) async fn mark_published(pool: &PgPool, ids: &[Uuid], token: Uuid) -> 
     if ids.is_empty() {
         return Ok(0);
     }
-    let owned: i64 = sqlx::query_scalar(MARK_PUBLISHED).bind(ids).bind(token).fetch_one(pool).await?;
-    Ok(u64::try_from(owned).unwrap_or(0))
+    Ok(sqlx::query(MARK_PUBLISHED).bind(ids).bind(token).execute(pool).await?.rows_affected())
 }
 
 /// Records failures (retry later or quarantine); returns how many this claim still owned.
