@@ -169,9 +169,51 @@ async fn a_permanent_failure_holds_back_the_entity_until_an_operator_retries() {
     );
     assert_eq!(effects(db.pool(), "p").await, [1]);
 
+    let again = svc.retry_failed(e2.id).await.expect_err("the handler still refuses it");
+    assert!(matches!(&again, Error::Handler(h) if h.message().contains("not valid")));
+    assert_eq!(effects(db.pool(), "p").await, [1], "neither 2 nor 3 applied");
+
     fail.store(false, Ordering::SeqCst);
     assert_eq!(svc.retry_failed(e2.id).await.expect("retry"), Some(Outcome::Applied { successors: 1 }));
     assert_eq!(effects(db.pool(), "p").await, [1, 2, 3]);
+    assert_eq!(svc.retry_failed(e2.id).await.expect("retry of an applied event"), None, "only failed events");
+    db.close().await.expect("cleanup");
+}
+
+#[tokio::test]
+async fn an_unordered_event_that_fails_again_on_retry_stays_failed_until_it_applies() {
+    let db = TestDb::new().await.expect("db");
+    effects_table(db.pool()).await;
+    let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let flag = fail.clone();
+    let handler = tower::service_fn(move |req: InboxRequest| {
+        let flag = flag.clone();
+        async move {
+            if flag.load(Ordering::SeqCst) {
+                return Err(HandlerError::permanent("refused"));
+            }
+            apply(req).await
+        }
+    });
+    let mut svc = InboxLayer::new(db.pool().clone(), "shipping").layer(handler);
+    let e = event(None, 7);
+    svc.call(e.clone()).await.expect_err("permanent failure");
+    svc.retry_failed(e.id).await.expect_err("fails again");
+    let status: String = sqlx::query_scalar("SELECT status FROM inbox_events WHERE event_id = $1")
+        .bind(e.id.as_uuid())
+        .fetch_one(db.pool())
+        .await
+        .expect("status");
+    assert_eq!(status, "failed", "still visible to operators and retryable");
+
+    fail.store(false, Ordering::SeqCst);
+    assert_eq!(svc.retry_failed(e.id).await.expect("retry"), Some(Outcome::Applied { successors: 0 }));
+    let applied: i64 = sqlx::query_scalar("SELECT count(*) FROM effects WHERE event_id = $1")
+        .bind(e.id.as_uuid())
+        .fetch_one(db.pool())
+        .await
+        .expect("effects");
+    assert_eq!(applied, 1);
     db.close().await.expect("cleanup");
 }
 

@@ -306,34 +306,61 @@ where
     }
 
     /// Runs the handler again on a stored event that failed permanently (operator action), in
-    /// order: it is applied only if it is its entity's next event. Returns the outcome, or `None`
-    /// if no failed event has this id.
+    /// order: it is applied if it is its entity's next event (then its parked successors follow);
+    /// if earlier events of its entity are still missing it parks ([`Outcome::Parked`]); if an
+    /// operator moved the entity past it, it is recorded as stale ([`Outcome::Stale`]). Returns
+    /// `None` if no failed event has this id.
     ///
     /// # Errors
-    /// The handler's error if it fails again, or a database error.
+    /// The handler's error if it fails again (the event stays failed, with the new reason if the
+    /// failure is permanent), or a database error.
     pub async fn retry_failed(&self, id: outbox_core::EventId) -> Result<Option<Outcome>> {
+        let consumer = &*self.consumer;
         let mut inner = self.inner.clone();
         let mut tx = self.pool.begin().await?;
-        let Some((status, event)) = store::stored(&mut tx, &self.consumer, id).await? else {
+        let Some((status, event)) = store::stored(&mut tx, consumer, id).await? else {
             return Ok(None);
         };
         if status != "failed" {
             return Ok(None);
         }
-        // Make it an ordinary parked event again and let the ordering decide.
-        store::store_content(&mut tx, &self.consumer, &event, "parked", None).await?;
-        tx.commit().await?;
-        let applied = match &event.entity {
-            Some(entity) => self.apply_parked(&mut inner, &entity.key).await,
+        let next = match &event.entity {
+            Some(entity) => {
+                let last = store::lock_entity(&mut tx, consumer, &entity.key, 0).await?;
+                let seq = i64::try_from(entity.seq).unwrap_or(i64::MAX);
+                if seq <= last {
+                    // An operator moved the entity past it (a skipped gap): it can no longer apply.
+                    store::mark_stale(&mut tx, consumer, event.id, last).await?;
+                    tx.commit().await?;
+                    return Ok(Some(Outcome::Stale));
+                }
+                if seq > last + 1 {
+                    // Not its entity's next event yet: it waits in the parking like any early event.
+                    store::store_content(&mut tx, consumer, &event, "parked", None).await?;
+                    tx.commit().await?;
+                    return Ok(Some(Outcome::Parked));
+                }
+                Some((entity.key.clone(), seq))
+            }
+            None => None,
+        };
+        // Applied in the handler's transaction: if the handler fails again, the row stays failed
+        // (with the new reason if the failure is permanent) and the error is returned.
+        store::mark_processed(&mut tx, consumer, event.id).await?;
+        let request = self.run_or_record(&mut inner, event, tx).await?;
+        let (_, mut tx) = request.into_parts();
+        let successors = match next {
+            Some((key, seq)) => {
+                store::advance(&mut tx, consumer, &key, seq).await?;
+                tx.commit().await?;
+                self.apply_parked(&mut inner, &key).await
+            }
             None => {
-                let mut tx = self.pool.begin().await?;
-                store::mark_processed(&mut tx, &self.consumer, event.id).await?;
-                let request = Self::run_handler(&mut inner, event, tx).await?;
-                request.into_parts().1.commit().await?;
-                1
+                tx.commit().await?;
+                0
             }
         };
-        Ok(Some(if applied > 0 { Outcome::Applied { successors: applied - 1 } } else { Outcome::Parked }))
+        Ok(Some(Outcome::Applied { successors }))
     }
 }
 
