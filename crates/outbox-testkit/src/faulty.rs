@@ -22,6 +22,10 @@ pub enum Fault {
     DelayConfirm(Duration),
     /// The message is sent; its confirm never arrives (the relay's confirm timeout decides).
     LoseConfirm,
+    /// The publish call carrying the message blocks for this long before anything is sent, as if
+    /// the process were paused (a stopped process, a stalled socket); then the batch goes out
+    /// normally. The relay's leases keep running meanwhile.
+    Stall(Duration),
 }
 
 /// Wraps a publisher and applies queued [`Fault`]s to the next messages, one fault per message, in
@@ -89,16 +93,20 @@ impl<P: Publisher> Publisher for FaultyPublisher<P> {
     async fn publish(&self, batch: Vec<OutgoingMessage>) -> Vec<ConfirmFuture> {
         // Decide every message's fault first, then send the ones that go to the broker in one batch.
         let plan: Vec<Option<Fault>> = batch.iter().map(|_| self.next_fault()).collect();
+        let stall = plan.iter().filter_map(|f| if let Some(Fault::Stall(d)) = f { Some(*d) } else { None }).max();
+        if let Some(stall) = stall {
+            tokio::time::sleep(stall).await;
+        }
         let to_send: Vec<OutgoingMessage> = batch
             .into_iter()
             .zip(&plan)
-            .filter(|(_, f)| matches!(f, None | Some(Fault::DelayConfirm(_)) | Some(Fault::LoseConfirm)))
+            .filter(|(_, f)| matches!(f, None | Some(Fault::DelayConfirm(_) | Fault::LoseConfirm | Fault::Stall(_))))
             .map(|(m, _)| m)
             .collect();
         let mut sent = self.inner.publish(to_send).await.into_iter();
         plan.into_iter()
             .map(|fault| match fault {
-                None => sent
+                None | Some(Fault::Stall(_)) => sent
                     .next()
                     .unwrap_or_else(|| failed(FailureKind::Transient, "inner publisher returned too few confirms")),
                 Some(Fault::Fail(kind)) => failed(kind, "injected failure"),
