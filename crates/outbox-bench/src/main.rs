@@ -5,6 +5,8 @@
 //! cargo run --release -p outbox-bench -- producer --quick   # smoke run, under a minute
 //! cargo run --release -p outbox-bench -- relay              # full run, about four minutes
 //! cargo run --release -p outbox-bench -- relay --quick      # smoke run, under a minute
+//! cargo run --release -p outbox-bench -- consumer           # full run, about two minutes
+//! cargo run --release -p outbox-bench -- consumer --quick   # smoke run, under 20 seconds
 //! ```
 //!
 //! - `producer`: what `Outbox::enqueue` adds to a business transaction ([`producer`]).
@@ -12,21 +14,28 @@
 //!   arrival latency at a steady load, a large backlog against a small one, and the peak RSS of a
 //!   relay process ([`relay`]). The relay process is this program again, run with the hidden
 //!   command `relay-process`.
+//! - `consumer`: the inbox's apply rate against a raw consumer on the same queue, the rate at which
+//!   it drops duplicates, and the peak RSS of a consumer process ([`consumer`]), which is this
+//!   program run with the hidden command `consumer-process`.
 //!
 //! Every figure is printed on its own line as `figure: <name> = <value> <unit>`; every other line
 //! of standard output starts with `#` (targets, per-run detail). Absolute figures drift on a
 //! shared machine, so compare the ratios, which are measured within one run.
 //!
 //! Each benchmark creates fresh databases of its own with the migrations applied
-//! ([`outbox_testkit::TestDb`]) and drops them at the end; `relay` also declares an exchange and a
-//! queue with a random suffix on RabbitMQ ([`outbox_testkit::TestBroker`]) and deletes them at the
-//! end. The broker is read from `OUTBOX_TEST_AMQP_URL`, else `AMQP_URL`, else
+//! ([`outbox_testkit::TestDb`]) and drops them at the end; `relay` and `consumer` also declare an
+//! exchange and queues with a random suffix on RabbitMQ ([`outbox_testkit::TestBroker`]) and delete
+//! them at the end. The broker is read from `OUTBOX_TEST_AMQP_URL`, else `AMQP_URL`, else
 //! `amqp://guest:guest@127.0.0.1:5672/%2f`. The database server is read from
 //! `OUTBOX_TEST_DATABASE_URL`, else `DATABASE_URL`, else `postgres://postgres@127.0.0.1:5432/test`;
 //! the role needs `CREATEDB`, and `CHECKPOINT` between variants needs a superuser or
 //! `pg_checkpoint` (when denied, the benchmark goes on without it).
 
+mod amqp;
+mod consumer;
 mod figure;
+mod machine;
+mod process;
 mod producer;
 mod relay;
 
@@ -59,6 +68,13 @@ enum Command {
     /// (the relay process of the `relay` benchmark).
     #[command(hide = true)]
     RelayProcess(relay::ProcessArgs),
+    /// The consumer: inbox apply rate against a raw consumer on the same queue, duplicate drop
+    /// rate, peak RSS of a consumer process.
+    Consumer,
+    /// Runs an inbox consumer applying events to `shipments` until SIGTERM, SIGINT or the end of
+    /// standard input (the consumer process of the `consumer` benchmark).
+    #[command(hide = true)]
+    ConsumerProcess(consumer::ProcessArgs),
 }
 
 #[tokio::main]
@@ -68,5 +84,7 @@ async fn main() -> Result<(), BoxError> {
         Command::Producer => producer::run(producer::Plan::new(cli.quick)).await,
         Command::Relay => relay::run(relay::Plan::new(cli.quick)).await,
         Command::RelayProcess(args) => relay::process(args).await,
+        Command::Consumer => consumer::run(consumer::Plan::new(cli.quick)).await,
+        Command::ConsumerProcess(args) => consumer::process(args).await,
     }
 }

@@ -34,36 +34,30 @@
 //! says where the pending rows stand (claimed, due, deferred; ready or behind their predecessor).
 
 use std::collections::HashMap;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use futures::StreamExt;
 use futures::future::try_join_all;
-use futures::stream::FuturesUnordered;
-use lapin::options::{
-    BasicCancelOptions, BasicConsumeOptions, BasicPublishOptions, ConfirmSelectOptions, QueuePurgeOptions,
-};
-use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
-use outbox_core::wire::{self, WireMessage};
-use outbox_core::{ExchangeKind, HeaderValue, Publisher};
+use lapin::options::{BasicCancelOptions, BasicConsumeOptions, QueuePurgeOptions};
+use lapin::types::{FieldTable, ShortString};
+use lapin::{Channel, Connection, ConnectionProperties};
+use outbox_core::{ExchangeKind, Publisher};
 use outbox_producer::{AmqpPublisher, Outbox, Relay};
 use outbox_testkit::{TestBroker, TestDb};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection as _, PgPool};
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, ChildStdout};
+use tokio::process::Child;
 use tokio::time::Instant;
 use uuid::Uuid;
 
 use crate::BoxError;
+use crate::amqp::{PUBLISH_WINDOW, publish_confirmed, wire_message};
 use crate::figure::{Value, comment, figure};
+use crate::process::{READY, Subprocess, Urls, init_child_logging, stdin_lines};
 use crate::producer::{EVENT_TYPE, event};
 
-/// Raw publishing: messages awaiting their confirm at once.
-const CEILING_WINDOW: usize = 1024;
 /// Concurrent connections filling a backlog, each with entities of its own.
 const FILLERS: u64 = 4;
 /// Events per `enqueue_many` transaction when filling a backlog.
@@ -78,12 +72,6 @@ const LATENCY_ENTITIES: u64 = 100;
 const TICK: Duration = Duration::from_millis(10);
 /// Connections of a relay's pool, as `outbox relay` opens.
 const RELAY_CONNECTIONS: u32 = 4;
-/// Environment variables that carry the URLs to the relay process (never its command line,
-/// which every user of the machine can read).
-const ENV_DATABASE_URL: &str = "OUTBOX_BENCH_DATABASE_URL";
-const ENV_AMQP_URL: &str = "OUTBOX_BENCH_AMQP_URL";
-/// The line the relay process prints when it is about to run.
-const READY: &str = "ready";
 
 const PREPARE: &str = "VACUUM ANALYZE outbox_events, outbox_entity_sequences";
 const ANY_PENDING: &str = "SELECT EXISTS (SELECT 1 FROM outbox_events WHERE status = 'pending')";
@@ -232,7 +220,7 @@ async fn bench(broker: &TestBroker, plan: Plan) -> Result<(), BoxError> {
 }
 
 /// Runs `phase` in a fresh database and drops the database afterwards, also when the phase failed.
-async fn with_db<T>(phase: impl AsyncFnOnce(&TestDb) -> Result<T, BoxError>) -> Result<T, BoxError> {
+pub(crate) async fn with_db<T>(phase: impl AsyncFnOnce(&TestDb) -> Result<T, BoxError>) -> Result<T, BoxError> {
     let db = TestDb::new().await?;
     let outcome = phase(&db).await;
     let closed = db.close().await;
@@ -243,47 +231,6 @@ async fn with_db<T>(phase: impl AsyncFnOnce(&TestDb) -> Result<T, BoxError>) -> 
 
 // ---------------------------------------------------------------------------------------------
 // Messages
-
-/// Event number `i` of a stream spread round-robin over `entities`, as the relay would send it.
-fn wire_message(i: u64, entities: u64) -> Result<WireMessage, BoxError> {
-    let entity = i % entities;
-    let order = i64::try_from(entity + 1)?;
-    let event = event(order)?.entity(format!("order-{order}")).into_event(Some(i / entities + 1), SystemTime::now());
-    Ok(wire::encode(&event, None))
-}
-
-/// lapin properties of a message of the wire contract (strings, integers and booleans in headers,
-/// which is all the contract writes).
-fn properties(message: &WireMessage) -> BasicProperties {
-    let p = &message.properties;
-    let mut headers = FieldTable::default();
-    for (name, value) in &message.headers {
-        let value = match value {
-            HeaderValue::Int(i) => AMQPValue::LongLongInt(*i),
-            HeaderValue::String(s) => AMQPValue::LongString(LongString::from(s.as_str())),
-            HeaderValue::Bool(b) => AMQPValue::Boolean(*b),
-            _ => continue,
-        };
-        headers.insert(ShortString::from(name.as_str()), value);
-    }
-    let mut props = BasicProperties::default().with_headers(headers);
-    if let Some(v) = &p.message_id {
-        props = props.with_message_id(v.as_str().into());
-    }
-    if let Some(v) = &p.kind {
-        props = props.with_type(v.as_str().into());
-    }
-    if let Some(v) = p.timestamp {
-        props = props.with_timestamp(v);
-    }
-    if let Some(v) = &p.content_type {
-        props = props.with_content_type(v.as_str().into());
-    }
-    if let Some(v) = p.delivery_mode {
-        props = props.with_delivery_mode(v);
-    }
-    props
-}
 
 // ---------------------------------------------------------------------------------------------
 // The consumer
@@ -375,55 +322,18 @@ fn share(total: u64, tenths: u64) -> u64 {
 async fn ceiling(target: Target<'_>, messages: u64) -> Result<f64, BoxError> {
     target.purge().await?;
     let arrivals = Arrivals::start(target, messages, false).await?;
-    let outcome = publish_raw(target, messages).await;
+    let raw = (0..messages).map(|i| wire_message(i, RAW_ENTITIES));
+    let outcome = publish_confirmed(target.url, target.exchange, EVENT_TYPE, raw).await;
     let stopped = arrivals.stop().await;
     let elapsed = outcome?;
     stopped?;
     target.purge().await?;
     let rate = messages as f64 / elapsed.as_secs_f64();
     comment(format_args!(
-        "ceiling: {messages} messages confirmed in {:.2} s, {rate:.1} msgs/s ({CEILING_WINDOW} in flight)",
+        "ceiling: {messages} messages confirmed in {:.2} s, {rate:.1} msgs/s ({PUBLISH_WINDOW} in flight)",
         elapsed.as_secs_f64()
     ));
     Ok(rate)
-}
-
-async fn publish_raw(target: Target<'_>, messages: u64) -> Result<Duration, BoxError> {
-    let connection = Connection::connect(target.url, ConnectionProperties::default()).await?;
-    let outcome = async {
-        let channel = connection.create_channel().await?;
-        channel.confirm_select(ConfirmSelectOptions::default()).await?;
-        let options = BasicPublishOptions { mandatory: true, ..BasicPublishOptions::default() };
-        let mut in_flight = FuturesUnordered::new();
-        let start = Instant::now();
-        for i in 0..messages {
-            if in_flight.len() >= CEILING_WINDOW
-                && let Some(confirm) = in_flight.next().await
-            {
-                confirmed(confirm)?;
-            }
-            let message = wire_message(i, RAW_ENTITIES)?;
-            let confirm = channel
-                .basic_publish(target.exchange.into(), EVENT_TYPE.into(), options, &message.body, properties(&message))
-                .await?;
-            in_flight.push(confirm);
-        }
-        while let Some(confirm) = in_flight.next().await {
-            confirmed(confirm)?;
-        }
-        Ok::<_, BoxError>(start.elapsed())
-    }
-    .await;
-    let _ = connection.close(200, "benchmark phase done".into()).await;
-    outcome
-}
-
-fn confirmed(confirm: Result<Confirmation, lapin::Error>) -> Result<(), BoxError> {
-    match confirm? {
-        Confirmation::Ack(None) => Ok(()),
-        Confirmation::Ack(Some(_)) => Err("a raw message came back unroutable".into()),
-        other => Err(format!("a raw message was not confirmed: {other:?}").into()),
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -596,7 +506,8 @@ async fn drain_in_child(db: &TestDb, target: Target<'_>, backlog: Backlog) -> Re
     target.purge().await?;
     let arrivals = Arrivals::start(target, backlog.events, false).await?;
     let outcome = async {
-        let mut process = RelayProcess::spawn(db, target).await?;
+        let args = ["relay-process", "--exchange", target.exchange];
+        let mut process = Subprocess::spawn("the relay process", &args, &db.url(), target.url).await?;
         let start = Instant::now();
         let drained =
             await_drain(db.pool(), &arrivals, backlog.events, start, backlog.limit, Some(&mut process.child)).await;
@@ -618,80 +529,12 @@ async fn drain_in_child(db: &TestDb, target: Target<'_>, backlog: Backlog) -> Re
     Ok(Drain { rate: drained.rate(), peak_rss_mib: peak_kib as f64 / 1024.0 })
 }
 
-/// A relay in a child process: `outbox-bench relay-process`.
-struct RelayProcess {
-    child: Child,
-    /// Kept open until the child ends, so that it never writes into a closed pipe.
-    _stdout: BufReader<ChildStdout>,
-}
-
-impl RelayProcess {
-    /// Starts the child and waits until it says it is about to run.
-    async fn spawn(db: &TestDb, target: Target<'_>) -> Result<Self, BoxError> {
-        let mut child = tokio::process::Command::new(std::env::current_exe()?)
-            .arg("relay-process")
-            .arg("--exchange")
-            .arg(target.exchange)
-            .env(ENV_DATABASE_URL, db.url())
-            .env(ENV_AMQP_URL, target.url)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()?;
-        let stdout = child.stdout.take().ok_or("the relay process has no standard output")?;
-        let mut stdout = BufReader::new(stdout);
-        let mut line = String::new();
-        tokio::time::timeout(Duration::from_secs(30), stdout.read_line(&mut line))
-            .await
-            .map_err(|_| "the relay process did not get ready within 30 s")??;
-        if line.trim() != READY {
-            return Err(format!("the relay process did not get ready (said {:?})", line.trim()).into());
-        }
-        Ok(Self { child, _stdout: stdout })
-    }
-
-    /// Peak and current resident set size of the child, in kB (`VmHWM`, `VmRSS`).
-    async fn memory(&self) -> Result<(u64, u64), BoxError> {
-        let pid = self.child.id().ok_or("the relay process has ended")?;
-        let status = tokio::fs::read_to_string(format!("/proc/{pid}/status")).await?;
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .and_then(|rest| rest.split_whitespace().next())
-                .and_then(|kb| kb.parse::<u64>().ok())
-                .ok_or_else(|| format!("no {name} in /proc/{pid}/status"))
-        };
-        Ok((field("VmHWM:")?, field("VmRSS:")?))
-    }
-
-    /// Closes the child's standard input, its signal to shut down gracefully, and waits for it.
-    async fn stop(mut self) -> Result<(), BoxError> {
-        drop(self.child.stdin.take());
-        match tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await {
-            Ok(status) => {
-                let status = status?;
-                if status.success() { Ok(()) } else { Err(format!("the relay process failed: {status}").into()) }
-            }
-            Err(_) => {
-                self.child.kill().await?;
-                Err("the relay process did not shut down within 30 s".into())
-            }
-        }
-    }
-}
-
 /// Arguments of the hidden `relay-process` command. The URLs come from the environment, where
 /// `relay` puts them.
 #[derive(Debug, clap::Args)]
 pub(crate) struct ProcessArgs {
-    /// PostgreSQL URL of the outbox.
-    #[arg(long, env = ENV_DATABASE_URL, hide_env_values = true)]
-    database_url: String,
-    /// RabbitMQ URL.
-    #[arg(long, env = ENV_AMQP_URL, hide_env_values = true)]
-    amqp_url: String,
+    #[command(flatten)]
+    urls: Urls,
     /// Exchange to publish to (it must exist: the relay does not declare it).
     #[arg(long)]
     exchange: String,
@@ -700,30 +543,20 @@ pub(crate) struct ProcessArgs {
 /// The relay process: one relay with default settings (a pool of 4 connections, as `outbox relay`
 /// opens) until SIGTERM, SIGINT or the end of standard input, then a graceful shutdown.
 pub(crate) async fn process(args: ProcessArgs) -> Result<(), BoxError> {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
-        .with_writer(std::io::stderr)
-        .init();
-    let pool = PgPoolOptions::new().max_connections(RELAY_CONNECTIONS).connect(&args.database_url).await?;
-    let publisher = AmqpPublisher::builder(args.amqp_url).connection_name("outbox-bench-relay").build();
+    init_child_logging();
+    let pool = PgPoolOptions::new().max_connections(RELAY_CONNECTIONS).connect(&args.urls.database_url).await?;
+    let publisher = AmqpPublisher::builder(args.urls.amqp_url).connection_name("outbox-bench-relay").build();
     let relay =
         Relay::builder(pool.clone(), publisher.clone()).exchange(args.exchange).declare_exchange(false).build()?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let (eof_tx, eof_rx) = tokio::sync::oneshot::channel::<()>();
-    // A plain thread: a blocking read must not hold up the runtime's shutdown.
-    std::thread::spawn(move || {
-        use std::io::Read;
-        let mut buf = [0_u8; 64];
-        while matches!(std::io::stdin().read(&mut buf), Ok(n) if n > 0) {}
-        let _ = eof_tx.send(());
-    });
+    let mut stdin = stdin_lines();
     println!("{READY}");
     let outcome = relay
         .run(async move {
             tokio::select! {
                 _ = term.recv() => {}
                 _ = tokio::signal::ctrl_c() => {}
-                _ = eof_rx => {}
+                () = async { while stdin.recv().await.is_some() {} } => {}
             }
         })
         .await;
@@ -933,14 +766,5 @@ mod tests {
         assert_eq!(percentile(&values, 0.99), 99.0);
         assert_eq!(percentile(&values, 1.0), 100.0);
         assert_eq!(percentile(&[7.0], 0.99), 7.0);
-    }
-
-    #[test]
-    fn raw_messages_look_like_the_relays() {
-        let message = wire_message(1_234, 1_000).expect("message");
-        assert_eq!(message.properties.delivery_mode, Some(wire::PERSISTENT));
-        assert_eq!(message.headers.get(wire::HEADER_ENTITY), Some(&HeaderValue::String("order-235".into())));
-        assert_eq!(message.headers.get(wire::HEADER_SEQ), Some(&HeaderValue::Int(2)));
-        assert!((280..=320).contains(&message.body.len()));
     }
 }

@@ -1,0 +1,130 @@
+//! Messages of the wire contract as the relay sends them, and raw confirmed publishing: what the
+//! relay and consumer benchmarks put on the broker themselves.
+
+use std::time::{Duration, SystemTime};
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::{BasicProperties, Confirmation, Connection, ConnectionProperties};
+use outbox_core::HeaderValue;
+use outbox_core::wire::{self, WireMessage};
+use tokio::time::Instant;
+
+use crate::BoxError;
+use crate::producer::event;
+
+/// Raw publishing: messages awaiting their confirm at once.
+pub(crate) const PUBLISH_WINDOW: usize = 1024;
+
+/// Event number `i` of a stream spread round-robin over `entities`, as the relay would send it:
+/// entity `order-<i % entities + 1>`, sequence `i / entities + 1`, a fresh event id.
+pub(crate) fn wire_message(i: u64, entities: u64) -> Result<WireMessage, BoxError> {
+    let entity = i % entities;
+    let order = i64::try_from(entity + 1)?;
+    let event = event(order)?.entity(format!("order-{order}")).into_event(Some(i / entities + 1), SystemTime::now());
+    Ok(wire::encode(&event, None))
+}
+
+/// lapin properties of a message of the wire contract (strings, integers and booleans in headers,
+/// which is all the contract writes).
+pub(crate) fn properties(message: &WireMessage) -> BasicProperties {
+    let p = &message.properties;
+    let mut headers = FieldTable::default();
+    for (name, value) in &message.headers {
+        let value = match value {
+            HeaderValue::Int(i) => AMQPValue::LongLongInt(*i),
+            HeaderValue::String(s) => AMQPValue::LongString(LongString::from(s.as_str())),
+            HeaderValue::Bool(b) => AMQPValue::Boolean(*b),
+            _ => continue,
+        };
+        headers.insert(ShortString::from(name.as_str()), value);
+    }
+    let mut props = BasicProperties::default().with_headers(headers);
+    if let Some(v) = &p.message_id {
+        props = props.with_message_id(v.as_str().into());
+    }
+    if let Some(v) = &p.kind {
+        props = props.with_type(v.as_str().into());
+    }
+    if let Some(v) = p.timestamp {
+        props = props.with_timestamp(v);
+    }
+    if let Some(v) = &p.content_type {
+        props = props.with_content_type(v.as_str().into());
+    }
+    if let Some(v) = p.delivery_mode {
+        props = props.with_delivery_mode(v);
+    }
+    props
+}
+
+/// Publishes `messages` to `exchange` with `routing_key` on a connection of its own, `mandatory`,
+/// with publisher confirms and [`PUBLISH_WINDOW`] messages in flight (sliding window). Fails on the
+/// first message that is not confirmed or comes back unroutable. Returns how long it took from the
+/// first publish to the last confirm.
+pub(crate) async fn publish_confirmed(
+    url: &str,
+    exchange: &str,
+    routing_key: &str,
+    messages: impl Iterator<Item = Result<WireMessage, BoxError>>,
+) -> Result<Duration, BoxError> {
+    let connection = Connection::connect(url, ConnectionProperties::default()).await?;
+    let outcome = async {
+        let channel = connection.create_channel().await?;
+        channel.confirm_select(ConfirmSelectOptions::default()).await?;
+        let options = BasicPublishOptions { mandatory: true, ..BasicPublishOptions::default() };
+        let mut in_flight = FuturesUnordered::new();
+        let start = Instant::now();
+        for message in messages {
+            if in_flight.len() >= PUBLISH_WINDOW
+                && let Some(confirm) = in_flight.next().await
+            {
+                confirmed(confirm)?;
+            }
+            let message = message?;
+            let confirm = channel
+                .basic_publish(exchange.into(), routing_key.into(), options, &message.body, properties(&message))
+                .await?;
+            in_flight.push(confirm);
+        }
+        while let Some(confirm) = in_flight.next().await {
+            confirmed(confirm)?;
+        }
+        Ok::<_, BoxError>(start.elapsed())
+    }
+    .await;
+    let _ = connection.close(200, "benchmark phase done".into()).await;
+    outcome
+}
+
+fn confirmed(confirm: Result<Confirmation, lapin::Error>) -> Result<(), BoxError> {
+    match confirm? {
+        Confirmation::Ack(None) => Ok(()),
+        Confirmation::Ack(Some(_)) => Err("a raw message came back unroutable".into()),
+        other => Err(format!("a raw message was not confirmed: {other:?}").into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_messages_look_like_the_relays() {
+        let message = wire_message(1_234, 1_000).expect("message");
+        assert_eq!(message.properties.delivery_mode, Some(wire::PERSISTENT));
+        assert_eq!(message.headers.get(wire::HEADER_ENTITY), Some(&HeaderValue::String("order-235".into())));
+        assert_eq!(message.headers.get(wire::HEADER_SEQ), Some(&HeaderValue::Int(2)));
+        assert!((280..=320).contains(&message.body.len()));
+    }
+
+    #[test]
+    fn every_message_has_its_own_event_id() {
+        let a = wire_message(7, 10).expect("message");
+        let b = wire_message(7, 10).expect("message");
+        assert!(a.properties.message_id.is_some());
+        assert_ne!(a.properties.message_id, b.properties.message_id);
+    }
+}
