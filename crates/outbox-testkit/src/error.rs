@@ -20,6 +20,14 @@ pub enum Error {
     /// The broker did not confirm a published message.
     #[error("the broker did not confirm event {0}")]
     NotConfirmed(outbox_core::EventId),
+    /// A query given to the reconciliation does not return the documented columns.
+    #[error("the {query} query does not return the expected columns: {reason}")]
+    InvalidQuery {
+        /// Which query (`entity_versions`, `event_ids`, `effects`).
+        query: &'static str,
+        /// What does not fit (column types, never values).
+        reason: String,
+    },
     /// A condition was not met before its deadline.
     #[error("timed out after {after:?} waiting for {what}")]
     Timeout {

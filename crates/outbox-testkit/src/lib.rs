@@ -30,6 +30,7 @@ mod db;
 mod error;
 mod faulty;
 mod proxy;
+mod reconcile;
 mod recorder;
 
 pub use broker::{TestBroker, amqp_url, close_connections_named};
@@ -37,6 +38,10 @@ pub use db::TestDb;
 pub use error::{Error, Result};
 pub use faulty::{Fault, FaultyPublisher};
 pub use proxy::{ChaosProxy, Mode};
+pub use reconcile::{
+    BrokerFindings, Change, EventRef, InboxFindings, InboxRow, OrderViolation, OutboxRow, Reconciliation,
+    ReconciliationReport, Snapshot, compare,
+};
 pub use recorder::{Record, Recorder};
 
 /// A random lowercase suffix for names of test resources.
