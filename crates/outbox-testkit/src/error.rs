@@ -11,6 +11,9 @@ pub enum Error {
     /// The producer side failed.
     #[error("producer error: {0}")]
     Producer(#[from] outbox_producer::Error),
+    /// The consumer side failed.
+    #[error("consumer error: {0}")]
+    Consumer(#[from] outbox_consumer::Error),
     /// RabbitMQ failed.
     #[error("broker error: {0}")]
     Amqp(#[from] lapin::Error),
