@@ -221,6 +221,7 @@ impl HarnessBuilder {
             consumer_name: self.consumer_name,
             consumer_connection: format!("harness-consumer-{suffix}"),
             topology,
+            record_queue,
             exchange,
             outbox: Outbox::new(),
             broker,
@@ -317,6 +318,7 @@ pub struct Harness {
     consumer_name: String,
     consumer_connection: String,
     topology: Topology,
+    record_queue: String,
     exchange: String,
     outbox: Outbox,
     broker: TestBroker,
@@ -394,6 +396,11 @@ impl Harness {
     /// The consumer's queues and dead letters.
     pub fn topology(&self) -> &Topology {
         &self.topology
+    }
+
+    /// The recorder's queue (bound like the consumer's queue).
+    pub fn recorder_queue(&self) -> &str {
+        &self.record_queue
     }
 
     /// What the broker delivered (a queue of its own, bound like the consumer's).
