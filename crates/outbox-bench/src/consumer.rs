@@ -15,7 +15,7 @@
 //! Phases, in order:
 //!
 //! 1. `raw`: fill the queue, then one lapin consumer that decodes nothing and acks every message on
-//!    its own (no multiple-ack), one after the other: the ceiling. The clock runs from its
+//!    its own (no multiple-ack; the acks are not awaited one by one): the ceiling. The clock runs from its
 //!    connecting to the broker to its last ack; afterwards the queue must be empty.
 //! 2. `inbox`: fill the queue again with as many fresh events, then start a consumer process
 //!    (`outbox-bench consumer-process`): an [`InboxRunner`] with the runner's default prefetch and
@@ -27,9 +27,9 @@
 //!    acknowledged every delivery.
 //! 3. Verification: the runner applied every event, directly or after parking it (with 16
 //!    deliveries in hand a successor can overtake its predecessor; the inbox parks it and applies
-//!    it right after the predecessor), none stale or dead-lettered; every entity's row holds its last sequence as version and was applied exactly as many times as
-//!    the entity has events, and the inbox holds exactly one processed row per event. Otherwise
-//!    the benchmark fails.
+//!    it right after the predecessor), none stale or dead-lettered; every entity's row holds its
+//!    last sequence as version and was applied exactly as many times as the entity has events; the
+//!    inbox holds exactly one processed row per event. Otherwise the benchmark fails.
 //! 4. `duplicates`: publish the first tenth of the applied events again, unchanged, to the second
 //!    queue, then tell the consumer process to consume it too; the clock runs until every one was
 //!    dropped as a duplicate. Verified again: nothing else happened and the business table and the
@@ -161,9 +161,10 @@ async fn bench(db: &TestDb, broker: &TestBroker, plan: Plan) -> Result<(), BoxEr
         event(1)?.payload().bytes().len()
     ));
     comment(format_args!(
-        "consumer: raw = one lapin consumer, no decoding, one basic.ack per message; inbox = InboxRunner \
-         (prefetch {PREFETCH}, concurrency {CONCURRENCY}, the defaults) + InboxLayer in a child process with a \
-         pool of {POOL} connections, handler upserts `shipments` in the inbox's transaction"
+        "consumer: raw = one lapin consumer, no decoding, one basic.ack per message (up to {PREFETCH} in \
+         flight); inbox = InboxRunner (prefetch {PREFETCH}, concurrency {CONCURRENCY}, the defaults) + InboxLayer \
+         in a child process with a pool of {POOL} connections, handler upserts `shipments` in the inbox's \
+         transaction"
     ));
 
     // 1: the raw ceiling.
@@ -228,11 +229,15 @@ async fn fill(target: Target<'_>, what: &str, routing_key: &str, messages: &[Wir
 // ---------------------------------------------------------------------------------------------
 // 1. The raw consumer
 
-/// Takes `plan.events` messages from the queue with one consumer, acking each on its own, and
-/// returns the time from connecting to the last ack.
+/// Takes `plan.events` messages from the queue with one consumer, acking each on its own (no
+/// multiple-ack), and returns the time from connecting to the last ack done. The acks are not
+/// awaited one by one: up to [`PREFETCH`] are in flight while the next deliveries are taken, as the
+/// runner's concurrent deliveries ack.
 async fn raw_drain(target: Target<'_>, plan: Plan) -> Result<Duration, BoxError> {
     use futures::StreamExt;
+    use futures::stream::FuturesUnordered;
     let start = Instant::now();
+    let deadline = start + plan.limit;
     let connection = Connection::connect(target.url, ConnectionProperties::default()).await?;
     let outcome = async {
         let channel = connection.create_channel().await?;
@@ -240,12 +245,19 @@ async fn raw_drain(target: Target<'_>, plan: Plan) -> Result<Duration, BoxError>
         let mut consumer = channel
             .basic_consume(target.queue.into(), "".into(), BasicConsumeOptions::default(), FieldTable::default())
             .await?;
+        let late = |taken: u64| format!("the raw consumer took only {taken} of {} messages in time", plan.events);
+        let mut acks = FuturesUnordered::new();
         for taken in 0..plan.events {
-            let next = tokio::time::timeout_at(start + plan.limit, consumer.next()).await.map_err(|_| {
-                format!("the raw consumer took only {taken} of {} messages within {:?}", plan.events, plan.limit)
-            })?;
+            while acks.len() >= usize::from(PREFETCH) {
+                let acked = tokio::time::timeout_at(deadline, acks.next()).await.map_err(|_| late(taken))?;
+                acked.ok_or("no ack in flight")??;
+            }
+            let next = tokio::time::timeout_at(deadline, consumer.next()).await.map_err(|_| late(taken))?;
             let delivery = next.ok_or("the raw consumer's stream ended")??;
-            delivery.ack(BasicAckOptions::default()).await?;
+            acks.push(async move { delivery.ack(BasicAckOptions::default()).await });
+        }
+        while let Some(acked) = tokio::time::timeout_at(deadline, acks.next()).await.map_err(|_| late(plan.events))? {
+            acked?;
         }
         Ok::<_, BoxError>(start.elapsed())
     }
