@@ -97,8 +97,12 @@ mod guides {
     mod ordering {}
     #[doc = include_str!("../../../docs/quarantine.md")]
     mod quarantine {}
+    #[doc = include_str!("../../../docs/retention.md")]
+    mod retention {}
     #[doc = include_str!("../../../docs/scaling.md")]
     mod scaling {}
+    #[doc = include_str!("../../../docs/testing.md")]
+    mod testing {}
     #[doc = include_str!("../../../docs/wire-contract.md")]
     mod wire_contract {}
 }
