@@ -5,7 +5,7 @@
 //! cargo run --release -p outbox-bench -- producer --quick   # smoke run, under a minute
 //! cargo run --release -p outbox-bench -- relay              # full run, about four minutes
 //! cargo run --release -p outbox-bench -- relay --quick      # smoke run, under a minute
-//! cargo run --release -p outbox-bench -- consumer           # full run, about two minutes
+//! cargo run --release -p outbox-bench -- consumer           # full run, two to four minutes
 //! cargo run --release -p outbox-bench -- consumer --quick   # smoke run, under 20 seconds
 //! ```
 //!
