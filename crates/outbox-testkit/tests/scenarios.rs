@@ -12,7 +12,7 @@ use outbox_core::{
     ConfirmFuture, EventId, ExchangeKind, FailureKind, NewEvent, OutgoingMessage, PublishFailure, Publisher,
     RetryPolicy,
 };
-use outbox_producer::{CrashPoint, Error as ProducerError, Retention, admin};
+use outbox_producer::{CrashPoint, Error as ProducerError, RelayBuilder, Retention, admin};
 use outbox_testkit::{Fault, FaultyPublisher, Harness, HarnessBuilder, ReconciliationReport, wait_for};
 use tower::Layer;
 use uuid::Uuid;
@@ -226,7 +226,11 @@ async fn scenario_03_relay_dies_before_publishing() {
         .expect("claims");
     assert_eq!(held.len(), 50, "the dead relay held the heads of the 50 orders");
 
-    h.start_relay_with(|b| b.batch_size(50).confirm_window(100)).await.expect("relay");
+    // Generous timings for the successor, so that a slow machine cannot add attempts of its own.
+    let patient = |b: RelayBuilder<_>| {
+        b.batch_size(50).confirm_window(100).lease(Duration::from_secs(30)).confirm_timeout(Duration::from_secs(20))
+    };
+    h.start_relay_with(patient).await.expect("relay");
     wait_shipped(&h, 600, Duration::from_secs(120)).await;
     h.wait_until_no_pending(Duration::from_secs(10)).await.expect("published");
     assert_shipped_once_in_order(&h, 50, 12).await;
