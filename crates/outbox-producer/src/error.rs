@@ -27,8 +27,8 @@ pub enum Error {
     /// Applying the product's migrations failed.
     #[error("migration error: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
-    /// A relay setting is out of range.
-    #[error("invalid relay configuration: {0}")]
+    /// A relay or retention setting is out of range.
+    #[error("invalid configuration: {0}")]
     InvalidConfig(&'static str),
     /// The relay stopped at an armed crash point (failure tests only).
     #[error("the relay stopped at a crash point")]

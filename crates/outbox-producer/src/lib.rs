@@ -29,6 +29,7 @@ mod enqueue;
 mod error;
 mod migrate;
 mod relay;
+mod retention;
 
 pub use enqueue::{Outbox, OutboxBuilder};
 pub use error::{Error, Result};
@@ -39,6 +40,7 @@ pub use relay::{
     AmqpPublisher, AmqpPublisherBuilder, BatchReport, ByEventType, Partitioned, Relay, RelayBuilder, RelayHandle,
     RoutingStrategy, admin,
 };
+pub use retention::{Retention, RetentionBuilder};
 
 /// The channel on which the outbox notifies the relay after a commit that enqueued events.
 pub const NOTIFY_CHANNEL: &str = "outbox_events";

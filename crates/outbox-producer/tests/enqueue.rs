@@ -47,30 +47,6 @@ async fn last_seq(pool: &PgPool, key: &str) -> Option<i64> {
         .expect("select counter")
 }
 
-#[tokio::test]
-async fn scenario_01_rollback_leaves_no_event_and_no_sequence_number() {
-    let db = TestDb::new().await.expect("test db");
-    let pool = db.pool();
-    business_table(pool).await;
-    let outbox = Outbox::new();
-
-    let mut tx = pool.begin().await.expect("begin");
-    sqlx::query("UPDATE orders SET version = version + 1 WHERE id = 1").execute(&mut *tx).await.expect("update");
-    outbox.enqueue(&mut *tx, event(Some("order-1"))).await.expect("enqueue");
-    outbox.enqueue(&mut *tx, event(None)).await.expect("enqueue unordered");
-    tx.rollback().await.expect("rollback");
-
-    assert!(stored(pool).await.is_empty(), "a rolled-back transaction left outbox rows");
-    assert_eq!(last_seq(pool, "order-1").await, None, "a rolled-back transaction consumed a sequence number");
-
-    // The next committed event of the entity gets number 1.
-    let mut tx = pool.begin().await.expect("begin");
-    let id = outbox.enqueue(&mut *tx, event(Some("order-1"))).await.expect("enqueue");
-    tx.commit().await.expect("commit");
-    assert_eq!(stored(pool).await, vec![(*id.as_uuid(), Some("order-1".to_owned()), Some(1))]);
-    db.close().await.expect("drop db");
-}
-
 /// Eight transactions on one entity at once, a random subset rolling back, random pauses before
 /// the outcome: the committed events carry 1..n without gap or duplicate, in commit order. Commit
 /// order is measured independently by a counter row that each transaction bumps just before it

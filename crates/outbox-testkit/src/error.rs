@@ -11,6 +11,9 @@ pub enum Error {
     /// The producer side failed.
     #[error("producer error: {0}")]
     Producer(#[from] outbox_producer::Error),
+    /// The consumer side failed.
+    #[error("consumer error: {0}")]
+    Consumer(#[from] outbox_consumer::Error),
     /// RabbitMQ failed.
     #[error("broker error: {0}")]
     Amqp(#[from] lapin::Error),
@@ -20,6 +23,14 @@ pub enum Error {
     /// The broker did not confirm a published message.
     #[error("the broker did not confirm event {0}")]
     NotConfirmed(outbox_core::EventId),
+    /// A query given to the reconciliation does not return the documented columns.
+    #[error("the {query} query does not return the expected columns: {reason}")]
+    InvalidQuery {
+        /// Which query (`entity_versions`, `event_ids`, `effects`).
+        query: &'static str,
+        /// What does not fit (column types, never values).
+        reason: String,
+    },
     /// A condition was not met before its deadline.
     #[error("timed out after {after:?} waiting for {what}")]
     Timeout {

@@ -1,42 +1,61 @@
 //! Test support for outbox users and for the product's own tests: isolated environments on the
-//! real PostgreSQL and RabbitMQ.
+//! real PostgreSQL and RabbitMQ, failure injection at every boundary, and reconciliation.
 //!
+//! # A failure test for your own flow
+//!
+//! [`Harness`] gives a test its own database, exchange and queues, a relay, your handler running
+//! in the inbox, a [`Recorder`] at the broker, and tears it all down. This test of an order flow
+//! loses the broker's confirm of its event and proves that the order ships once:
+//!
+#![doc = concat!("```no_run\n", include_str!("../tests/user_flow/lost_confirm.rs"), "```")]
+//!
+//! # What is here
+//!
+//! - [`Harness`]: one call for a complete environment; accessors `pool()`, `outbox()`,
+//!   `exchange()`, `queue()`, `recorder()`, `relay_handle()`, `consumer_handle()`, `reconcile()`;
+//!   faults through `faults()` (a [`FaultyPublisher`]), `relay_proxy()` / `consumer_proxy()`
+//!   (a [`ChaosProxy`]), crash points through `start_relay_with(|b| b.crash_at(..))` and
+//!   `start_consumer_crashing_at(..)`; `kill_relay()` / `kill_consumer()` as if the process died.
+//! - [`Reconciliation`]: compares your business query (entity versions or event ids) with the
+//!   outbox, what the broker delivered and what a consumer's inbox applied; returns a
+//!   [`ReconciliationReport`] (`is_clean()`, a readable `Display` without payloads).
 //! - [`TestDb`]: a fresh database per test, with the outbox and inbox migrations applied, dropped
 //!   afterwards (also when the test panics).
 //! - [`TestBroker`]: exchange and queue names with a random suffix, deleted afterwards.
 //! - [`ChaosProxy`]: a loopback TCP proxy that cuts, refuses, stalls or slows connections.
 //! - [`FaultyPublisher`]: fails, nacks, returns, delays or loses the confirms of chosen publishes.
 //! - [`Recorder`]: records every delivery of a queue; checks ids, duplicates and per-entity order.
+//! - Crash points: the testkit enables the `fail-points` features of the producer and consumer
+//!   (`outbox_producer::CrashPoint`, `outbox_consumer::CrashPoint`).
+//!
+//! The ten failure scenarios of the design (rollback, broker down, relay crashes before and after
+//! publishing, competing relays, entity order, quarantine, backlog, retention, reconciliation) are
+//! the tests `scenario_01_...` to `scenario_10_...` in this crate's `tests/scenarios.rs`, each
+//! written on the harness and checking the consumer's business outcome.
 //!
 //! The servers are found through `OUTBOX_TEST_DATABASE_URL` (or `DATABASE_URL`) and
 //! `OUTBOX_TEST_AMQP_URL` (or `AMQP_URL`); the defaults are the local servers
 //! `postgres://postgres@127.0.0.1:5432/test` and `amqp://guest:guest@127.0.0.1:5672/%2f`.
-//!
-//! ```no_run
-//! use outbox_testkit::TestDb;
-//!
-//! # async fn demo() -> Result<(), outbox_testkit::Error> {
-//! let db = TestDb::new().await?; // own database, migrations applied
-//! let pending: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_events")
-//!     .fetch_one(db.pool())
-//!     .await?;
-//! assert_eq!(pending, 0);
-//! db.close().await?; // or let it drop
-//! # Ok(()) }
-//! ```
 
 mod broker;
 mod db;
 mod error;
 mod faulty;
+mod harness;
 mod proxy;
+mod reconcile;
 mod recorder;
 
 pub use broker::{TestBroker, amqp_url, close_connections_named};
 pub use db::TestDb;
 pub use error::{Error, Result};
 pub use faulty::{Fault, FaultyPublisher};
+pub use harness::{Harness, HarnessBuilder, HarnessPublisher};
 pub use proxy::{ChaosProxy, Mode};
+pub use reconcile::{
+    BrokerFindings, Change, EventRef, InboxFindings, InboxRow, OrderViolation, OutboxRow, Reconciliation,
+    ReconciliationReport, Snapshot, compare,
+};
 pub use recorder::{Record, Recorder};
 
 /// A random lowercase suffix for names of test resources.

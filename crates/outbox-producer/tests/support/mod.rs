@@ -1,58 +1,23 @@
-//! Shared set-up of the relay tests: an isolated database, exchange and queue per test.
+//! Shared set-up of the relay tests: a harness per test, events to publish, and counts.
 #![allow(dead_code, unreachable_pub)]
 
 use std::time::Duration;
 
 use outbox_core::{EventId, NewEvent};
-use outbox_producer::{AmqpPublisher, Outbox, Relay, RelayBuilder};
-use outbox_testkit::{Recorder, TestBroker, TestDb};
+use outbox_producer::{AmqpPublisher, Outbox, RelayBuilder};
+use outbox_testkit::Harness;
 use sqlx::PgPool;
 use uuid::Uuid;
 
-pub struct Env {
-    pub db: TestDb,
-    pub broker: TestBroker,
-    pub exchange: String,
-    pub queue: String,
-    pub recorder: Recorder,
+/// A harness (database, exchange, queues, recorder) with no relay running: each test starts the
+/// relay it needs.
+pub async fn env() -> Harness {
+    Harness::builder().defer_relay().start().await.expect("harness")
 }
 
-impl Env {
-    /// A database, a topic exchange and a queue bound to everything, and a recorder on the queue.
-    pub async fn new() -> Self {
-        let db = TestDb::new().await.expect("test db");
-        let broker = TestBroker::new().await.expect("broker");
-        let exchange = broker.declare_exchange("events", lapin::ExchangeKind::Topic).await.expect("exchange");
-        let queue = broker.declare_queue("all").await.expect("queue");
-        broker.bind(&queue, &exchange, "#").await.expect("bind");
-        let recorder = Recorder::start(&queue).await.expect("recorder");
-        Self { db, broker, exchange, queue, recorder }
-    }
-
-    pub fn pool(&self) -> &PgPool {
-        self.db.pool()
-    }
-
-    /// A relay on this test's database and exchange, with test-friendly timings.
-    pub fn relay(&self) -> RelayBuilder<AmqpPublisher> {
-        self.relay_with(publisher())
-    }
-
-    pub fn relay_with<P: outbox_core::Publisher>(&self, publisher: P) -> RelayBuilder<P> {
-        Relay::builder(self.pool().clone(), publisher)
-            .exchange(&self.exchange)
-            .declare_exchange(false)
-            .lease(Duration::from_secs(3))
-            .confirm_timeout(Duration::from_secs(2))
-            .poll_interval(Duration::from_millis(200))
-            .shutdown_deadline(Duration::from_secs(5))
-    }
-
-    pub async fn close(self) {
-        drop(self.recorder);
-        self.broker.close().await.expect("broker cleanup");
-        self.db.close().await.expect("db cleanup");
-    }
+/// A relay on the harness's database and exchange, with its test-friendly timings.
+pub fn relay(h: &Harness) -> RelayBuilder<AmqpPublisher> {
+    h.relay_builder_with(publisher())
 }
 
 pub fn publisher() -> AmqpPublisher {

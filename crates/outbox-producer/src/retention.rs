@@ -1,0 +1,185 @@
+//! Retention: deletes old published (and optionally skipped) outbox rows in bounded batches.
+//!
+//! Only final rows are ever touched: `published` (confirmed by the broker) and, if asked,
+//! `skipped` (given up by an operator). A pending row (new, claimed and in flight, or waiting for
+//! a retry) and a quarantined row are never deleted, whatever their age. Each batch is one
+//! index-bound statement (`outbox_events_published`, `outbox_events_skipped`) that locks its rows
+//! with `SKIP LOCKED`, so several instances can clean at once without deadlocks or double work.
+//!
+//! The per-entity counters (`outbox_entity_sequences`) are never deleted: an entity whose rows are
+//! all gone still continues at its next number, so a sequence number is never reused. The relay
+//! treats a deleted predecessor as done (only published or skipped rows are deleted), so the
+//! order of later events is unaffected.
+
+use std::time::Duration;
+
+use sqlx::PgPool;
+
+use crate::{Error, Result};
+
+/// Deletes published rows older than `$1` seconds, oldest first, at most `$2`.
+const DELETE_PUBLISHED: &str = "\
+WITH doomed AS (
+    SELECT id FROM outbox_events
+    WHERE status = 'published' AND published_at < now() - make_interval(secs => $1)
+    ORDER BY published_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM outbox_events o USING doomed WHERE o.id = doomed.id AND o.status = 'published'";
+
+/// Deletes skipped rows quarantined more than `$1` seconds ago, oldest first, at most `$2`.
+const DELETE_SKIPPED: &str = "\
+WITH doomed AS (
+    SELECT id FROM outbox_events
+    WHERE status = 'skipped' AND quarantined_at < now() - make_interval(secs => $1)
+    ORDER BY quarantined_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM outbox_events o USING doomed WHERE o.id = doomed.id AND o.status = 'skipped'";
+
+/// Deletes old final outbox rows (guarantee G7: bounded storage).
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use outbox_producer::Retention;
+///
+/// # async fn demo(pool: sqlx::PgPool) -> Result<(), outbox_producer::Error> {
+/// let retention = Retention::builder(Duration::from_secs(7 * 24 * 3600)) // published a week ago
+///     .batch_size(5_000)
+///     .include_skipped(true)
+///     .build()?;
+/// let deleted = retention.run(&pool).await?;
+/// println!("deleted {deleted} outbox rows");
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Retention {
+    older_than: Duration,
+    batch_size: i64,
+    include_skipped: bool,
+    max_batches: Option<u64>,
+}
+
+/// Builder of a [`Retention`].
+#[derive(Debug, Clone)]
+pub struct RetentionBuilder {
+    retention: Retention,
+}
+
+impl RetentionBuilder {
+    /// Sets how many rows one statement deletes at most. Defaults to 1,000.
+    #[must_use]
+    pub fn batch_size(mut self, n: i64) -> Self {
+        self.retention.batch_size = n;
+        self
+    }
+
+    /// Sets whether skipped rows (given up by an operator) are deleted too, by the age of their
+    /// quarantine. Defaults to `false`: they stay for the operator's records.
+    #[must_use]
+    pub fn include_skipped(mut self, include: bool) -> Self {
+        self.retention.include_skipped = include;
+        self
+    }
+
+    /// Sets how many batches one [`Retention::run`] may delete at most (per status), so that one
+    /// run has a bounded duration; the next run continues. Defaults to no limit.
+    #[must_use]
+    pub fn max_batches(mut self, n: u64) -> Self {
+        self.retention.max_batches = Some(n);
+        self
+    }
+
+    /// Builds the retention.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] if the batch size or the batch limit is not positive.
+    pub fn build(self) -> Result<Retention> {
+        if self.retention.batch_size < 1 {
+            return Err(Error::InvalidConfig("retention batch_size must be at least 1"));
+        }
+        if self.retention.max_batches == Some(0) {
+            return Err(Error::InvalidConfig("retention max_batches must be at least 1"));
+        }
+        Ok(self.retention)
+    }
+}
+
+impl Retention {
+    /// Starts a builder: rows published (or skipped) more than `older_than` ago are deleted.
+    pub fn builder(older_than: Duration) -> RetentionBuilder {
+        RetentionBuilder {
+            retention: Retention { older_than, batch_size: 1000, include_skipped: false, max_batches: None },
+        }
+    }
+
+    /// Deletes batch after batch until none is left (or the batch limit is reached); returns how
+    /// many rows were deleted.
+    ///
+    /// # Errors
+    /// A database error; the batches before it stay deleted.
+    pub async fn run(&self, pool: &PgPool) -> Result<u64> {
+        let mut deleted = self.drain(pool, DELETE_PUBLISHED).await?;
+        if self.include_skipped {
+            deleted += self.drain(pool, DELETE_SKIPPED).await?;
+        }
+        Ok(deleted)
+    }
+
+    /// Deletes one batch of published rows and, if included, one of skipped rows; returns how
+    /// many rows were deleted.
+    ///
+    /// # Errors
+    /// A database error.
+    pub async fn run_batch(&self, pool: &PgPool) -> Result<u64> {
+        let mut deleted = self.batch(pool, DELETE_PUBLISHED).await?;
+        if self.include_skipped {
+            deleted += self.batch(pool, DELETE_SKIPPED).await?;
+        }
+        Ok(deleted)
+    }
+
+    async fn drain(&self, pool: &PgPool, sql: &'static str) -> Result<u64> {
+        let mut total = 0;
+        let mut batches = 0;
+        loop {
+            let n = self.batch(pool, sql).await?;
+            total += n;
+            batches += 1;
+            let full = i64::try_from(n).is_ok_and(|n| n >= self.batch_size);
+            if !full || self.max_batches.is_some_and(|max| batches >= max) {
+                return Ok(total);
+            }
+        }
+    }
+
+    async fn batch(&self, pool: &PgPool, sql: &'static str) -> Result<u64> {
+        let n = sqlx::query(sql)
+            .bind(self.older_than.as_secs_f64())
+            .bind(self.batch_size)
+            .execute(pool)
+            .await?
+            .rows_affected();
+        if n > 0 {
+            metrics::counter!("outbox_retention_deleted_total").increment(n);
+            tracing::info!(deleted = n, "outbox.retention_batch");
+        }
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_out_of_range_are_typed_errors() {
+        let day = Duration::from_secs(86_400);
+        assert!(matches!(Retention::builder(day).batch_size(0).build(), Err(Error::InvalidConfig(_))));
+        assert!(matches!(Retention::builder(day).max_batches(0).build(), Err(Error::InvalidConfig(_))));
+        let r = Retention::builder(day).build().expect("defaults");
+        assert_eq!((r.batch_size, r.include_skipped, r.max_batches), (1000, false, None));
+    }
+}
