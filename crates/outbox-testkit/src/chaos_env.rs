@@ -52,16 +52,17 @@ pub(crate) fn pool(name: &str, max_connections: u32) -> Result<PgPool, ConfigErr
     Ok(PgPoolOptions::new().max_connections(max_connections).connect_lazy_with(options))
 }
 
-/// Completes on SIGTERM or SIGINT.
-pub(crate) async fn terminated() -> std::io::Result<()> {
+/// A future that completes on SIGTERM or SIGINT. The handlers are installed before this returns.
+pub(crate) fn terminated() -> std::io::Result<impl Future<Output = ()>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
-    Ok(())
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
 }
 
 /// Any failure of a chaos process; printed once, as its last log line.

@@ -145,8 +145,9 @@ struct Spawner {
     queue: String,
     log: String,
     spawned: u64,
-    /// The last counts of every consumer process ever started.
-    stats: Arc<Mutex<Vec<ConsumerStats>>>,
+    /// The last counts of every consumer process ever started (`None` until its first line,
+    /// printed once its signal handlers are installed).
+    stats: Arc<Mutex<Vec<Option<ConsumerStats>>>>,
 }
 
 impl Spawner {
@@ -170,7 +171,8 @@ impl Spawner {
             .expect("spawn outbox-chaos-relay")
     }
 
-    fn spawn_consumer(&mut self) -> Child {
+    /// The process and its slot in `stats`.
+    fn spawn_consumer(&mut self) -> (Child, usize) {
         let name = self.name("consumer");
         let mut child = Command::new(env!("CARGO_BIN_EXE_outbox-chaos-consumer"))
             .env("DATABASE_URL", &self.consumer_url)
@@ -188,18 +190,22 @@ impl Spawner {
         let stats = self.stats.clone();
         let slot = {
             let mut all = stats.lock().expect("stats");
-            all.push(ConsumerStats::default());
+            all.push(None);
             all.len() - 1
         };
         tokio::spawn(async move {
             let mut lines = BufReader::new(stdout).lines();
             while let Ok(Some(line)) = lines.next_line().await {
                 if let Some(s) = ConsumerStats::parse(&line) {
-                    stats.lock().expect("stats")[slot] = s;
+                    stats.lock().expect("stats")[slot] = Some(s);
                 }
             }
         });
-        child
+        (child, slot)
+    }
+
+    fn consumer_ready(&self, slot: usize) -> bool {
+        self.stats.lock().expect("stats")[slot].is_some()
     }
 }
 
@@ -208,14 +214,15 @@ struct Fleet {
     spawner: Spawner,
     relays: Vec<Child>,
     consumer: Child,
+    consumer_slot: usize,
     unexpected_exits: Vec<String>,
 }
 
 impl Fleet {
     fn start(mut spawner: Spawner, relays: usize) -> Self {
-        let consumer = spawner.spawn_consumer();
+        let (consumer, consumer_slot) = spawner.spawn_consumer();
         let relays = (0..relays).map(|_| spawner.spawn_relay()).collect();
-        Self { spawner, relays, consumer, unexpected_exits: Vec::new() }
+        Self { spawner, relays, consumer, consumer_slot, unexpected_exits: Vec::new() }
     }
 
     /// Restarts any process that exited without being told to, and remembers it.
@@ -228,7 +235,7 @@ impl Fleet {
         }
         if let Ok(Some(status)) = self.consumer.try_wait() {
             self.unexpected_exits.push(format!("consumer exited: {status}"));
-            self.consumer = self.spawner.spawn_consumer();
+            (self.consumer, self.consumer_slot) = self.spawner.spawn_consumer();
         }
     }
 
@@ -240,12 +247,18 @@ impl Fleet {
 
     /// Makes the consumer die at its crash point; `Ok` once it did, with the crash point's code.
     async fn crash_consumer(&mut self) -> Result<(), String> {
+        // A signal that arrives before the handler is installed would kill it the default way.
+        wait_for("the consumer to install its signal handlers", Duration::from_secs(30), || async {
+            self.spawner.consumer_ready(self.consumer_slot).then_some(())
+        })
+        .await
+        .map_err(|e| e.to_string())?;
         signal(&self.consumer, "-USR1").await;
         let status = tokio::time::timeout(Duration::from_secs(60), self.consumer.wait())
             .await
             .map_err(|_| "the consumer did not reach its crash point within 60 s".to_owned())?
             .expect("wait for the consumer");
-        self.consumer = self.spawner.spawn_consumer();
+        (self.consumer, self.consumer_slot) = self.spawner.spawn_consumer();
         if status.code() == Some(CRASHED) { Ok(()) } else { Err(format!("the consumer exited with {status}")) }
     }
 
@@ -576,7 +589,7 @@ async fn chaos_soak_loses_nothing_applies_once_in_order() {
     let broker_order_violations = recorder.in_entity_order().err().map_or(0, |v| v.len());
     let broker_deliveries = recorder.count();
     let republished = broker_deliveries.saturating_sub(recorder.ids().len());
-    let consumer_stats = stats.lock().expect("stats").iter().fold(ConsumerStats::default(), |a, s| a.add(*s));
+    let consumer_stats = stats.lock().expect("stats").iter().flatten().fold(ConsumerStats::default(), |a, s| a.add(*s));
 
     // Reconciliation: business changes ⇄ outbox ⇄ broker ⇄ inbox ⇄ effects.
     let report = Reconciliation::new(&producer)

@@ -84,13 +84,12 @@ async fn run() -> Result<(), ProcessError> {
 
     let mut arm = signal(SignalKind::user_defined1())?;
     let mut stats = tokio::time::interval(millis("CHAOS_STATS_MS", 200)?);
-    let terminated = chaos_env::terminated();
+    let terminated = chaos_env::terminated()?;
     tokio::pin!(terminated);
     let mut armed = false;
     loop {
         tokio::select! {
-            r = &mut terminated => {
-                r?;
+            () = &mut terminated => {
                 let last = runner.stats();
                 runner.shutdown().await?;
                 print_stats(last);

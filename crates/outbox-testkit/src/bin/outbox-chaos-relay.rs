@@ -36,19 +36,8 @@ async fn run() -> Result<(), ProcessError> {
         .poll_interval(millis("CHAOS_POLL_MS", 200)?)
         .retry_policy(retry)
         .build()?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let signals = tokio::spawn(async move {
-        let r = chaos_env::terminated().await;
-        let _ = stop.send(());
-        r
-    });
-    relay
-        .run(async move {
-            let _ = stopped.await;
-        })
-        .await?;
+    relay.run(chaos_env::terminated()?).await?;
     publisher.close().await;
-    signals.abort();
     Ok(())
 }
 
