@@ -589,6 +589,22 @@ impl Harness {
         .await
     }
 
+    /// Waits until the recorder has received every event the outbox marks published (the
+    /// recorder's queue is read apart from the consumer's, so it may lag behind it).
+    ///
+    /// # Errors
+    /// [`crate::Error::Timeout`] if an event is still missing at the deadline.
+    pub async fn wait_delivered(&self, deadline: Duration) -> Result<()> {
+        crate::wait_for("every published event at the recorder", deadline, || async {
+            let ids: Vec<uuid::Uuid> = sqlx::query_scalar("SELECT id FROM outbox_events WHERE status = 'published'")
+                .fetch_all(self.pool())
+                .await
+                .ok()?;
+            self.recorder.all_delivered(ids).ok()
+        })
+        .await
+    }
+
     /// A [`Reconciliation`] over the outbox, the recorder and (with a consumer) its inbox; add the
     /// business query and the effects query, then `run()`.
     pub fn reconcile(&self) -> Reconciliation<'_> {
