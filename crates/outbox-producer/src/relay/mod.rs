@@ -613,7 +613,7 @@ impl<P: Publisher> Relay<P> {
             let id = c.event.id;
             let failure = match outcome {
                 Some(PublishOutcome::Confirmed) => {
-                    published.push(*id.as_uuid());
+                    published.push(c.tid.as_str());
                     metrics::histogram!("outbox_commit_to_confirm_seconds")
                         .record(now.duration_since(c.event.created_at).unwrap_or_default().as_secs_f64());
                     continue;

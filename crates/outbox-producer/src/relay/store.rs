@@ -15,6 +15,8 @@ use crate::{Error, Result};
 pub(crate) struct Claimed {
     pub(crate) event: Event,
     pub(crate) attempts: u32,
+    /// The claimed row version's tuple id (text form), for the mark: see `MARK_PUBLISHED`.
+    pub(crate) tid: String,
 }
 
 /// Claims up to `batch` due rows whose predecessor is done, scanning pending rows in queue
@@ -64,8 +66,8 @@ UPDATE outbox_events o
 SET lease_owner = $3, claim_token = $4, attempts = o.attempts + 1,
     lease_until = now() + make_interval(secs => $5)
 WHERE o.ctid = ANY(ARRAY(SELECT tid FROM ready))
-RETURNING o.id, o.event_type, o.event_version, o.entity_key, o.seq, o.payload, o.content_type, o.headers,
-          o.correlation_id, o.causation_id, o.traceparent, o.created_at, o.attempts";
+RETURNING o.ctid::text AS tid, o.id, o.event_type, o.event_version, o.entity_key, o.seq, o.payload,
+          o.content_type, o.headers, o.correlation_id, o.causation_id, o.traceparent, o.created_at, o.attempts";
 
 /// Makes rows held behind a predecessor that is no longer quarantined due again (a retry or skip
 /// by an operator wakes them itself; this closes the race with a claim that deferred them at the
@@ -78,10 +80,15 @@ WHERE s.status = 'pending' AND s.next_attempt_at = 'infinity'
 
 /// Marks confirmed rows published. A successor deferred while this row waited for a retry was
 /// deferred to that retry's time, which has passed when the retry is confirmed: it is due already.
+///
+/// Rows are found by the tuple id the claim returned (one page visit instead of a primary-key
+/// descent). Nothing else updates a row while its claim is valid, so the tuple id is current; if
+/// the claim was taken over (or the table rewritten), the token no longer matches whatever is at
+/// that tuple id and nothing is marked: the rows count as lost claims and are published again.
 const MARK_PUBLISHED: &str = "\
 UPDATE outbox_events
 SET status = 'published', published_at = now(), lease_owner = NULL, claim_token = NULL, lease_until = NULL
-WHERE id = ANY($1) AND claim_token = $2 AND status = 'pending'";
+WHERE ctid = ANY($1::text[]::tid[]) AND claim_token = $2 AND status = 'pending'";
 
 const MARK_FAILED: &str = "\
 UPDATE outbox_events o
@@ -158,7 +165,7 @@ fn event_from_row(row: &sqlx::postgres::PgRow) -> Result<Claimed> {
         headers: headers_from_json(id, row.try_get("headers")?)?,
         created_at: SystemTime::from(created_at),
     };
-    Ok(Claimed { event, attempts: u32::try_from(attempts).unwrap_or(0) })
+    Ok(Claimed { event, attempts: u32::try_from(attempts).unwrap_or(0), tid: row.try_get("tid")? })
 }
 
 /// Claims due, ready rows under `token`, leased for `lease`.
@@ -181,12 +188,13 @@ pub(crate) async fn claim(
     rows.iter().map(event_from_row).collect()
 }
 
-/// Marks confirmed rows published; returns how many this claim still owned.
-pub(crate) async fn mark_published(pool: &PgPool, ids: &[Uuid], token: Uuid) -> Result<u64> {
-    if ids.is_empty() {
+/// Marks confirmed rows (by their claimed tuple ids) published; returns how many this claim still
+/// owned.
+pub(crate) async fn mark_published(pool: &PgPool, tids: &[&str], token: Uuid) -> Result<u64> {
+    if tids.is_empty() {
         return Ok(0);
     }
-    Ok(sqlx::query(MARK_PUBLISHED).bind(ids).bind(token).execute(pool).await?.rows_affected())
+    Ok(sqlx::query(MARK_PUBLISHED).bind(tids).bind(token).execute(pool).await?.rows_affected())
 }
 
 /// Records failures (retry later or quarantine); returns how many this claim still owned.
