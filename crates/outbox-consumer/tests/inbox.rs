@@ -2,7 +2,7 @@
 //! whatever the order and number of deliveries.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use outbox_consumer::{Error, HandlerError, InboxLayer, InboxRequest, Outcome};
@@ -56,6 +56,26 @@ async fn apply(mut req: InboxRequest) -> Result<InboxRequest, HandlerError> {
         .execute(req.conn())
         .await?;
     Ok(req)
+}
+
+/// The `apply` handler, except that while `fail` is set it refuses the events `refuse` picks, as a
+/// permanent failure with `message`.
+fn refusing(
+    fail: &Arc<AtomicBool>,
+    refuse: fn(&Event) -> bool,
+    message: &'static str,
+) -> impl Service<InboxRequest, Response = InboxRequest, Error = HandlerError, Future: Send> + Clone + Send + Sync + 'static
+{
+    let fail = fail.clone();
+    tower::service_fn(move |req: InboxRequest| {
+        let refused = fail.load(Ordering::SeqCst) && refuse(req.event());
+        async move {
+            if refused {
+                return Err(HandlerError::permanent(message));
+            }
+            apply(req).await
+        }
+    })
 }
 
 async fn effects(pool: &PgPool, entity: &str) -> Vec<i64> {
@@ -145,17 +165,9 @@ async fn many_deliveries_of_one_entity_at_once_apply_in_order() {
 async fn a_permanent_failure_holds_back_the_entity_until_an_operator_retries() {
     let db = TestDb::new().await.expect("db");
     effects_table(db.pool()).await;
-    let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let flag = fail.clone();
-    let handler = tower::service_fn(move |req: InboxRequest| {
-        let flag = flag.clone();
-        async move {
-            if req.event().entity.as_ref().is_some_and(|e| e.seq == 2) && flag.load(Ordering::SeqCst) {
-                return Err(HandlerError::permanent("order 2 is not valid for shipping"));
-            }
-            apply(req).await
-        }
-    });
+    let fail = Arc::new(AtomicBool::new(true));
+    let handler =
+        refusing(&fail, |e| e.entity.as_ref().is_some_and(|e| e.seq == 2), "order 2 is not valid for shipping");
     let mut svc = InboxLayer::new(db.pool().clone(), "shipping").layer(handler);
     let e2 = event(Some(("p", 2)), 2);
     assert!(matches!(svc.call(event(Some(("p", 1)), 1)).await, Ok(Outcome::Applied { .. })));
@@ -184,17 +196,8 @@ async fn a_permanent_failure_holds_back_the_entity_until_an_operator_retries() {
 async fn an_unordered_event_that_fails_again_on_retry_stays_failed_until_it_applies() {
     let db = TestDb::new().await.expect("db");
     effects_table(db.pool()).await;
-    let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let flag = fail.clone();
-    let handler = tower::service_fn(move |req: InboxRequest| {
-        let flag = flag.clone();
-        async move {
-            if flag.load(Ordering::SeqCst) {
-                return Err(HandlerError::permanent("refused"));
-            }
-            apply(req).await
-        }
-    });
+    let fail = Arc::new(AtomicBool::new(true));
+    let handler = refusing(&fail, |_| true, "refused");
     let mut svc = InboxLayer::new(db.pool().clone(), "shipping").layer(handler);
     let e = event(None, 7);
     svc.call(e.clone()).await.expect_err("permanent failure");

@@ -4,23 +4,19 @@
 use std::time::Duration;
 
 use outbox_core::NewEvent;
-use outbox_producer::{AmqpPublisher, Outbox, Relay};
-use outbox_testkit::{Fault, FaultyPublisher, Recorder, TestBroker, TestDb, wait_for};
+use outbox_testkit::{Fault, FaultyPublisher, Harness, wait_for};
 use uuid::Uuid;
 
 #[tokio::test]
 async fn a_relay_paused_past_its_lease_cannot_overwrite_the_takeover() {
-    let db = TestDb::new().await.expect("db");
-    let broker = TestBroker::new().await.expect("broker");
-    let exchange = broker.declare_exchange("events", lapin::ExchangeKind::Topic).await.expect("exchange");
-    let queue = broker.declare_queue("all").await.expect("queue");
-    broker.bind(&queue, &exchange, "#").await.expect("bind");
-    let recorder = Recorder::start(&queue).await.expect("recorder");
+    let h = Harness::builder().defer_relay().start().await.expect("harness");
+    let db = h.db();
+    let recorder = h.recorder();
 
-    let outbox = Outbox::new();
     let mut tx = db.pool().begin().await.expect("begin");
     let events = (0..5).map(|i| NewEvent::json("order.changed", &serde_json::json!({ "n": i })).expect("json"));
-    let ids: Vec<Uuid> = outbox
+    let ids: Vec<Uuid> = h
+        .outbox()
         .enqueue_many(&mut *tx, events.map(|e| e.entity("order-1")).collect::<Vec<_>>())
         .await
         .expect("enqueue")
@@ -30,15 +26,13 @@ async fn a_relay_paused_past_its_lease_cannot_overwrite_the_takeover() {
     tx.commit().await.expect("commit");
 
     let relay = |publisher| {
-        Relay::builder(db.pool().clone(), publisher)
-            .exchange(&exchange)
-            .declare_exchange(false)
+        h.relay_builder_with(publisher)
             .lease(Duration::from_secs(1))
             .confirm_timeout(Duration::from_millis(500))
             .build()
             .expect("relay")
     };
-    let publisher = || FaultyPublisher::new(AmqpPublisher::builder(outbox_testkit::amqp_url()).build());
+    let publisher = || FaultyPublisher::new(h.new_publisher());
 
     // Relay A claims the head of the entity and stalls before sending it, past its lease.
     let stalled = publisher();
@@ -88,7 +82,5 @@ async fn a_relay_paused_past_its_lease_cannot_overwrite_the_takeover() {
     recorder.all_delivered(ids.iter().copied()).expect("nothing lost");
     assert_eq!(recorder.duplicates().keys().copied().collect::<Vec<_>>(), [ids[0]], "only A's stale send repeats");
 
-    drop(recorder);
-    broker.close().await.expect("broker cleanup");
-    db.close().await.expect("db cleanup");
+    h.close().await.expect("cleanup");
 }
