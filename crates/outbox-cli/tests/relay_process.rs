@@ -82,7 +82,7 @@ async fn drain_rest(db: &TestDb, exchange: &str, recorder: &Recorder, ids: &[uui
         .build()
         .expect("relay")
         .spawn();
-    if let Err(e) = wait_for("every event delivered", Duration::from_secs(60), || async {
+    if let Err(e) = wait_for("every event delivered", Duration::from_secs(120), || async {
         recorder.all_delivered(ids.iter().copied()).ok()
     })
     .await
@@ -113,7 +113,7 @@ async fn drain_rest(db: &TestDb, exchange: &str, recorder: &Recorder, ids: &[uui
 #[tokio::test]
 async fn sigterm_during_a_busy_drain_exits_in_time_and_nothing_confirmed_is_republished() {
     let (db, broker, exchange, recorder) = setup().await;
-    let ids = fill(db.pool(), 300, 100).await;
+    let ids = fill(db.pool(), 200, 60).await;
     let mut child = spawn_relay(&db, &exchange, &["--shutdown-deadline-secs", "5"]);
     wait_for("the drain to be under way", Duration::from_secs(60), || async {
         (published(db.pool()).await >= 2000).then_some(())
@@ -133,13 +133,22 @@ async fn sigterm_during_a_busy_drain_exits_in_time_and_nothing_confirmed_is_repu
         .await
         .expect("count");
     assert_eq!(leased, 0, "claims are released at shutdown so the next relay continues at once");
+    let confirmed: std::collections::HashSet<uuid::Uuid> =
+        sqlx::query_scalar("SELECT id FROM outbox_events WHERE status = 'published'")
+            .fetch_all(db.pool())
+            .await
+            .expect("published ids")
+            .into_iter()
+            .collect();
 
     drain_rest(&db, &exchange, &recorder, &ids).await;
-    assert!(
-        recorder.duplicates().is_empty(),
-        "{} events confirmed before SIGTERM were published again",
-        recorder.duplicates().len()
-    );
+    // What the first run recorded as confirmed is never published again. Rows whose confirm had
+    // not arrived by the deadline were released with their outcome unknown: the broker may hold
+    // them already, so they may arrive twice (at-least-once), at most one confirm window of them.
+    let duplicates = recorder.duplicates();
+    let republished = duplicates.keys().filter(|id| confirmed.contains(id)).count();
+    assert_eq!(republished, 0, "{republished} events confirmed before SIGTERM were published again");
+    assert!(duplicates.len() <= 400, "more duplicates than one confirm window: {}", duplicates.len());
     recorder.in_entity_order().expect("order");
     drop(recorder);
     broker.close().await.expect("cleanup");

@@ -42,9 +42,17 @@ pub struct Record {
 /// ```
 #[derive(Debug)]
 pub struct Recorder {
-    records: Arc<Mutex<Vec<Record>>>,
+    state: Arc<Mutex<State>>,
     task: tokio::task::JoinHandle<()>,
     _connection: Connection,
+}
+
+/// What arrived, with a running count per event id so that the assertions a test polls while
+/// a large queue drains do not copy every record (the recorder shares the test's runtime).
+#[derive(Debug, Default)]
+struct State {
+    records: Vec<Record>,
+    arrivals: HashMap<Uuid, usize>,
 }
 
 fn header_str(h: Option<&FieldTable>, name: &str) -> Option<String> {
@@ -76,8 +84,8 @@ impl Recorder {
         let mut consumer = channel
             .basic_consume(queue.into(), "".into(), BasicConsumeOptions::default(), FieldTable::default())
             .await?;
-        let records = Arc::new(Mutex::new(Vec::new()));
-        let sink = records.clone();
+        let state = Arc::new(Mutex::new(State::default()));
+        let sink = state.clone();
         let task = tokio::spawn(async move {
             while let Some(Ok(delivery)) = consumer.next().await {
                 let h = delivery.properties.headers().as_ref();
@@ -89,23 +97,26 @@ impl Recorder {
                     routing_key: delivery.routing_key.as_str().to_owned(),
                     arrived_at: Instant::now(),
                 };
-                if let Ok(mut r) = sink.lock() {
-                    r.push(record);
+                if let Ok(mut s) = sink.lock() {
+                    if let Some(id) = record.event_id {
+                        *s.arrivals.entry(id).or_default() += 1;
+                    }
+                    s.records.push(record);
                 }
                 let _ = delivery.ack(BasicAckOptions::default()).await;
             }
         });
-        Ok(Self { records, task, _connection: connection })
+        Ok(Self { state, task, _connection: connection })
     }
 
     /// Everything recorded so far, in arrival order.
     pub fn records(&self) -> Vec<Record> {
-        self.records.lock().map(|r| r.clone()).unwrap_or_default()
+        self.state.lock().map(|s| s.records.clone()).unwrap_or_default()
     }
 
     /// How many deliveries arrived.
     pub fn count(&self) -> usize {
-        self.records.lock().map(|r| r.len()).unwrap_or(0)
+        self.state.lock().map(|s| s.records.len()).unwrap_or(0)
     }
 
     /// Waits until at least `n` deliveries arrived.
@@ -123,24 +134,24 @@ impl Recorder {
 
     /// The distinct event ids that arrived.
     pub fn ids(&self) -> HashSet<Uuid> {
-        self.records().into_iter().filter_map(|r| r.event_id).collect()
+        self.state.lock().map(|s| s.arrivals.keys().copied().collect()).unwrap_or_default()
     }
 
     /// Whether every id of `expected` arrived; returns the missing ones otherwise.
     pub fn all_delivered(&self, expected: impl IntoIterator<Item = Uuid>) -> std::result::Result<(), Vec<Uuid>> {
-        let got = self.ids();
-        let missing: Vec<Uuid> = expected.into_iter().filter(|id| !got.contains(id)).collect();
+        let Ok(state) = self.state.lock() else {
+            return Err(expected.into_iter().collect());
+        };
+        let missing: Vec<Uuid> = expected.into_iter().filter(|id| !state.arrivals.contains_key(id)).collect();
         if missing.is_empty() { Ok(()) } else { Err(missing) }
     }
 
     /// Event ids that arrived more than once, with their counts.
     pub fn duplicates(&self) -> HashMap<Uuid, usize> {
-        let mut counts: HashMap<Uuid, usize> = HashMap::new();
-        for id in self.records().into_iter().filter_map(|r| r.event_id) {
-            *counts.entry(id).or_default() += 1;
-        }
-        counts.retain(|_, c| *c > 1);
-        counts
+        self.state
+            .lock()
+            .map(|s| s.arrivals.iter().filter(|(_, c)| **c > 1).map(|(id, c)| (*id, *c)).collect())
+            .unwrap_or_default()
     }
 
     /// Checks that, per entity, the first arrival of each sequence number came in increasing
