@@ -80,6 +80,10 @@ struct RelayArgs {
     /// Seconds a graceful shutdown may take.
     #[arg(long, default_value_t = 10.0)]
     shutdown_deadline_secs: f64,
+    /// Vacuum the outbox table after this many rows published by this relay (0: leave it to
+    /// autovacuum).
+    #[arg(long, default_value_t = 100_000)]
+    vacuum_after_rows: u64,
     /// AMQP `app_id` on every message.
     #[arg(long)]
     app_id: Option<String>,
@@ -132,7 +136,8 @@ async fn relay(pool: PgPool, args: RelayArgs) -> Result<(), CliError> {
         .lease(Duration::from_secs_f64(args.lease_secs))
         .poll_interval(Duration::from_millis(args.poll_interval_ms))
         .confirm_timeout(Duration::from_secs_f64(args.confirm_timeout_secs))
-        .shutdown_deadline(Duration::from_secs_f64(args.shutdown_deadline_secs));
+        .shutdown_deadline(Duration::from_secs_f64(args.shutdown_deadline_secs))
+        .vacuum_after(Some(args.vacuum_after_rows));
     if let Some(n) = args.partitions {
         builder = builder.routing(outbox_producer::Partitioned::new(n));
     }

@@ -111,3 +111,45 @@ async fn rows_held_behind_a_formerly_quarantined_event_are_released() {
     env.recorder().in_entity_order().expect("order");
     env.close().await.expect("cleanup");
 }
+
+async fn vacuums_of_the_outbox_table(pool: &sqlx::PgPool) -> i64 {
+    sqlx::query_scalar("SELECT vacuum_count FROM pg_stat_user_tables WHERE relname = 'outbox_events'")
+        .fetch_one(pool)
+        .await
+        .expect("table statistics")
+}
+
+/// The relay keeps its table lean: after `vacuum_after` published rows it vacuums the table, so the
+/// dead entries published rows leave in the queue index do not pile up in front of every claim.
+/// With the setting off it never vacuums. Either way every event arrives once, in order.
+#[tokio::test]
+async fn relay_vacuums_its_table_after_the_configured_number_of_published_rows() {
+    for vacuum_after in [Some(300), None] {
+        let env = support::env().await;
+        let ids = enqueue(env.pool(), 20, 50, 0).await;
+        let handle = relay(&env).batch_size(100).vacuum_after(vacuum_after).build().expect("relay").spawn();
+        env.recorder().wait_for_count(ids.len(), Duration::from_secs(30)).await.expect("all delivered");
+        wait_all_published(env.pool(), ids.len() as i64, Duration::from_secs(10)).await;
+        if vacuum_after.is_some() {
+            outbox_testkit::wait_for("a vacuum of the outbox table", Duration::from_secs(20), || async {
+                (vacuums_of_the_outbox_table(env.pool()).await >= 1).then_some(())
+            })
+            .await
+            .expect("the relay vacuumed its table");
+            let dead: i64 =
+                sqlx::query_scalar("SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'outbox_events'")
+                    .fetch_one(env.pool())
+                    .await
+                    .expect("table statistics");
+            assert!(dead < ids.len() as i64, "{dead} dead row versions left after a vacuum");
+        }
+        handle.shutdown().await.expect("graceful shutdown");
+        if vacuum_after.is_none() {
+            assert_eq!(vacuums_of_the_outbox_table(env.pool()).await, 0, "vacuumed although the setting is off");
+        }
+        env.recorder().all_delivered(ids.iter().copied()).expect("nothing lost");
+        assert!(env.recorder().duplicates().is_empty(), "{:?}", env.recorder().duplicates());
+        env.recorder().in_entity_order().expect("per-entity order");
+        env.close().await.expect("cleanup");
+    }
+}

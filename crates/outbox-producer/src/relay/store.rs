@@ -247,6 +247,15 @@ pub(crate) async fn unlisten(pool: &PgPool, relay_id: &str) -> Result<()> {
     Ok(())
 }
 
+/// Vacuums the outbox table: removes the dead row versions and index entries that published rows
+/// leave behind (the claim's scan would step over them otherwise). Sent as a simple query, as
+/// `VACUUM` cannot run in the implicit transaction of a prepared statement. `SKIP_LOCKED`: if
+/// another vacuum holds the table, this one does nothing.
+pub(crate) async fn vacuum(pool: &PgPool) -> Result<()> {
+    sqlx::raw_sql("VACUUM (SKIP_LOCKED) outbox_events").execute(pool).await?;
+    Ok(())
+}
+
 /// Re-checks rows held behind quarantined predecessors; returns how many were released.
 pub(crate) async fn release_held(pool: &PgPool) -> Result<u64> {
     Ok(sqlx::query(RELEASE_HELD).execute(pool).await?.rows_affected())
