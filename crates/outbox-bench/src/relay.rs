@@ -634,8 +634,9 @@ impl InProcess {
             pool.close().await;
             return Err(format!("cannot connect the relay's publisher: {} ({})", f.reason, f.kind).into());
         }
-        let relay =
-            experiment(Relay::builder(pool.clone(), publisher.clone()).exchange(target.exchange).declare_exchange(false));
+        let relay = experiment(
+            Relay::builder(pool.clone(), publisher.clone()).exchange(target.exchange).declare_exchange(false),
+        );
         let handle = match relay.build() {
             Ok(relay) => relay.spawn(),
             Err(e) => {

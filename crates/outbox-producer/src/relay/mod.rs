@@ -269,6 +269,7 @@ impl<P: Publisher> RelayBuilder<P> {
                 listening: AtomicBool::new(false),
                 published_since_vacuum: AtomicU64::new(0),
                 vacuum_due: Notify::new(),
+                claiming: tokio::sync::Mutex::new(()),
             }),
         })
     }
@@ -287,6 +288,10 @@ struct Shared<P> {
     published_since_vacuum: AtomicU64,
     /// Signalled when `published_since_vacuum` reached `vacuum_after`.
     vacuum_due: Notify,
+    /// Held while one of this relay's workers claims. Two claims at the same moment would see the
+    /// same ready rows and split them between them (`SKIP LOCKED`), each paying a full scan for
+    /// half a batch; one at a time, each claim takes every ready row up to the batch size.
+    claiming: tokio::sync::Mutex<()>,
 }
 
 /// Publishes committed outbox rows to the broker.
@@ -593,7 +598,10 @@ impl<P: Publisher> Relay<P> {
         let s = &self.shared.settings;
         let pool = &self.shared.pool;
         let token = Uuid::new_v4();
-        let claimed = store::claim(pool, s.batch_size, &s.relay_id, token, s.lease).await?;
+        let claimed = {
+            let _one_at_a_time = self.shared.claiming.lock().await;
+            store::claim(pool, s.batch_size, &s.relay_id, token, s.lease).await?
+        };
         let mut report = BatchReport { claimed: claimed.len(), ..BatchReport::default() };
         if claimed.is_empty() {
             return Ok(report);

@@ -22,6 +22,11 @@ pub(crate) struct Claimed {
 /// Claims up to `batch` due rows whose predecessor is done, scanning pending rows in queue
 /// position (commit order per entity), so a head is always seen before its successors.
 ///
+/// The scan stops as soon as it has found `batch` rows to act on (ready, or to defer), and looks
+/// at no more than `$1` (four batches) unleased rows: with many entities in flight, ready heads
+/// lie between successors still waiting for their predecessor's confirm, and a scan cut off at a
+/// fixed 1.25 batches returned half batches (each paying the full claim and mark overhead).
+///
 /// Readiness is read from the statement's snapshot without locking (a predecessor that is
 /// published or skipped stays so); only the ready rows are locked, with `SKIP LOCKED`, and
 /// re-checked on their latest version, so two relays never claim the same row.
@@ -37,16 +42,20 @@ pub(crate) struct Claimed {
 /// left alone, and the locked rows cannot change until this statement ends.
 const CLAIM: &str = "\
 WITH cand AS (
-    SELECT e.ctid AS tid, e.id, (p.status IS NULL OR p.status IN ('published', 'skipped')) AS ready,
-           p.status AS p_status, p.next_attempt_at AS p_next, p.lease_owner AS p_owner
-    FROM outbox_events e
-    LEFT JOIN LATERAL (
-        SELECT q.status, q.next_attempt_at, q.lease_owner FROM outbox_events q
-        WHERE q.entity_key = e.entity_key AND q.seq = e.seq - 1
-    ) p ON true
-    WHERE e.status = 'pending' AND e.next_attempt_at <= now() AND (e.lease_until IS NULL OR e.lease_until <= now())
-    ORDER BY e.position
-    LIMIT $1
+    SELECT * FROM (
+        SELECT e.ctid AS tid, e.id, (p.status IS NULL OR p.status IN ('published', 'skipped')) AS ready,
+               p.status AS p_status, p.next_attempt_at AS p_next, p.lease_owner AS p_owner
+        FROM outbox_events e
+        LEFT JOIN LATERAL (
+            SELECT q.status, q.next_attempt_at, q.lease_owner FROM outbox_events q
+            WHERE q.entity_key = e.entity_key AND q.seq = e.seq - 1
+        ) p ON true
+        WHERE e.status = 'pending' AND e.next_attempt_at <= now() AND (e.lease_until IS NULL OR e.lease_until <= now())
+        ORDER BY e.position
+        LIMIT $1
+    ) scanned
+    WHERE ready OR p_status = 'quarantined' OR (p_owner IS NULL AND p_next > now())
+    LIMIT $2
 ), ready AS (
     SELECT o.ctid AS tid FROM outbox_events o
     WHERE o.ctid = ANY(ARRAY(SELECT tid FROM cand WHERE ready))
@@ -178,7 +187,7 @@ pub(crate) async fn claim(
 ) -> Result<Vec<Claimed>> {
     let batch = i64::try_from(batch).unwrap_or(i64::MAX);
     let rows = sqlx::query(CLAIM)
-        .bind(batch.saturating_add(batch / 4))
+        .bind(batch.saturating_mul(4))
         .bind(batch)
         .bind(owner)
         .bind(token)
