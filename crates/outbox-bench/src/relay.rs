@@ -159,7 +159,6 @@ impl Target<'_> {
     }
 }
 
-/// Runs the relay benchmark and prints its figures.
 /// Relay settings other than the defaults, for experiments only (the figures are defined with
 /// default settings): `OUTBOX_BENCH_RELAY_BATCH` and `OUTBOX_BENCH_RELAY_WINDOW` set `batch_size`
 /// and `confirm_window`.
@@ -180,6 +179,7 @@ fn phase(name: &str) -> bool {
     std::env::var("OUTBOX_BENCH_RELAY_PHASES").map_or(true, |phases| phases.split(',').any(|p| p.trim() == name))
 }
 
+/// Runs the relay benchmark and prints its figures.
 pub(crate) async fn run(plan: Plan) -> Result<(), BoxError> {
     let broker = TestBroker::new().await?;
     let outcome = bench(&broker, plan).await;
@@ -200,7 +200,6 @@ async fn bench(broker: &TestBroker, plan: Plan) -> Result<(), BoxError> {
         event(1)?.payload().bytes().len()
     ));
 
-    // 1 and 2: the ceiling around the drain.
     if phase("drain") {
         drain_phase(target, plan).await?;
     }
@@ -218,6 +217,7 @@ async fn bench(broker: &TestBroker, plan: Plan) -> Result<(), BoxError> {
 }
 
 async fn drain_phase(target: Target<'_>, plan: Plan) -> Result<(), BoxError> {
+    // 1 and 2: the ceiling around the drain.
     let before = ceiling(target, plan.ceiling_messages).await?;
     let drain = with_db(async |db| drain_in_child(db, target, plan.drain).await).await?;
     let after = ceiling(target, plan.ceiling_messages).await?;
