@@ -249,15 +249,16 @@ impl<P: Publisher> RelayBuilder<P> {
         if s.lease.is_zero() || s.poll_interval.is_zero() {
             return Err(Error::InvalidConfig("lease and poll_interval must be positive"));
         }
-        let pool = if s.synchronous_commit {
-            self.pool
-        } else {
-            let workers = s.confirm_window.div_ceil(s.batch_size).max(1);
-            let options = (*self.pool.connect_options()).clone().options([("synchronous_commit", "off")]);
-            sqlx::postgres::PgPoolOptions::new()
-                .max_connections(u32::try_from(workers * 2 + 3).unwrap_or(16))
-                .connect_lazy_with(options)
-        };
+        // The relay's own connections, with the planner settings its claim relies on (see
+        // `store::SESSION`).
+        let workers = s.confirm_window.div_ceil(s.batch_size).max(1);
+        let mut session = store::SESSION.to_vec();
+        if !s.synchronous_commit {
+            session.push(("synchronous_commit", "off"));
+        }
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(u32::try_from(workers * 2 + 3).unwrap_or(16))
+            .connect_lazy_with((*self.pool.connect_options()).clone().options(session));
         Ok(Relay {
             shared: Arc::new(Shared {
                 pool,

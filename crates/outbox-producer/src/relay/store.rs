@@ -19,6 +19,15 @@ pub(crate) struct Claimed {
     pub(crate) tid: String,
 }
 
+/// Planner settings of the relay's own sessions. Every statement the relay runs is bound to an
+/// index or to tuple ids, and the claim must walk the queue index in position order, stopping as
+/// soon as it has a batch, and marking the index entries of published rows dead as it passes
+/// them. Without table statistics (a new table, or autovacuum off or behind) the planner prefers a
+/// bitmap scan that visits every pending row and every dead entry left since the last vacuum and
+/// sorts them, on every claim, and never marks an entry dead: at a steady load of 1,000 events/s
+/// the claim then took 5 ms for a handful of rows, and the commit-to-arrival latency doubled.
+pub(crate) const SESSION: [(&str, &str); 2] = [("enable_bitmapscan", "off"), ("enable_seqscan", "off")];
+
 /// Claims up to `batch` due rows whose predecessor is done, scanning pending rows in queue
 /// position (commit order per entity), so a head is always seen before its successors.
 ///
@@ -268,4 +277,58 @@ pub(crate) async fn vacuum(pool: &PgPool) -> Result<()> {
 /// Re-checks rows held behind quarantined predecessors; returns how many were released.
 pub(crate) async fn release_held(pool: &PgPool) -> Result<u64> {
     Ok(sqlx::query(RELEASE_HELD).execute(pool).await?.rows_affected())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sqlx::Connection;
+
+    /// The claim's plan on a table the planner knows nothing about (never analyzed), with the dead
+    /// index entries a busy relay leaves behind: an ordered scan of the queue index, no bitmap
+    /// scan, no sequential scan; and the claim takes every pending head.
+    #[tokio::test]
+    async fn the_claim_walks_the_queue_index_in_order_on_a_table_without_statistics() {
+        let db = outbox_testkit::TestDb::new().await.expect("database");
+        // 100 events for each of 50 entities; all but the last of each published.
+        sqlx::raw_sql(
+            "INSERT INTO outbox_events (id, event_type, event_version, entity_key, seq, payload, content_type)
+             SELECT gen_random_uuid(), 'order.placed', 1, 'order-' || (g % 50), g / 50 + 1, '\\x7b7d', 'application/json'
+             FROM generate_series(0, 4999) g;
+             UPDATE outbox_events SET status = 'published', published_at = now() WHERE seq < 100;",
+        )
+        .execute(db.pool())
+        .await
+        .expect("fill");
+        let session = db.connect_options().clone().options(SESSION);
+
+        let mut conn = sqlx::PgConnection::connect_with(&session).await.expect("connect");
+        let plan: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("EXPLAIN {CLAIM}")))
+            .bind(2000_i64)
+            .bind(500_i64)
+            .bind("relay-a")
+            .bind(Uuid::new_v4())
+            .bind(30.0_f64)
+            .fetch_all(&mut conn)
+            .await
+            .expect("explain");
+        conn.close().await.expect("close");
+        let plan = plan.join("\n");
+        assert!(plan.contains("Index Scan using outbox_events_queue on outbox_events e"), "{plan}");
+        assert!(!plan.contains("Bitmap"), "{plan}");
+        assert!(!plan.contains("Seq Scan"), "{plan}");
+
+        let pool = sqlx::postgres::PgPoolOptions::new().max_connections(1).connect_with(session).await.expect("pool");
+        let claimed = claim(&pool, 500, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim");
+        let mut heads: Vec<(String, u64)> = claimed
+            .iter()
+            .map(|c| c.event.entity.as_ref().map(|e| (e.key.clone(), e.seq)).expect("ordered event"))
+            .collect();
+        heads.sort();
+        let mut expected: Vec<(String, u64)> = (0..50).map(|n| (format!("order-{n}"), 100)).collect();
+        expected.sort();
+        assert_eq!(heads, expected);
+        pool.close().await;
+        db.close().await.expect("drop database");
+    }
 }
