@@ -31,10 +31,16 @@ pub(crate) const SESSION: [(&str, &str); 2] = [("enable_bitmapscan", "off"), ("e
 /// Claims up to `batch` due rows whose predecessor is done, scanning pending rows in queue
 /// position (commit order per entity), so a head is always seen before its successors.
 ///
-/// The scan stops as soon as it has found `batch` rows to act on (ready, or to defer), and looks
-/// at no more than `$1` (four batches) unleased rows: with many entities in flight, ready heads
-/// lie between successors still waiting for their predecessor's confirm, and a scan cut off at a
-/// fixed 1.25 batches returned half batches (each paying the full claim and mark overhead).
+/// The scan reads the first `$1` (four batches) due pending rows of the queue index that are not
+/// in flight, and keeps the first of them of each entity (every unordered row counts as its own
+/// entity): a later row of an entity waits behind that one, so it cannot be ready and needs no
+/// look at its predecessor. Only these heads have their predecessor looked up, in queue order,
+/// until `$2` rows to act on (ready, or to defer) are found; the head of an entity in flight is
+/// its first successor, and the lookup finds the predecessor leased. A relay draining many
+/// entities with a full confirm window otherwise looked up the predecessor of every successor in
+/// the scan: three quarters of a claim's lookups found a pending predecessor, and the lookups took
+/// two thirds of the claim's time. Rows in flight are left out of the scan (not merely skipped)
+/// so that any number of relays, each with its window of rows in flight, still find ready rows.
 ///
 /// Readiness is read from the statement's snapshot without locking (a predecessor that is
 /// published or skipped stays so); only the ready rows are locked, with `SKIP LOCKED`, and
@@ -50,20 +56,29 @@ pub(crate) const SESSION: [(&str, &str); 2] = [("enable_bitmapscan", "off"), ("e
 /// id: a row changed by another relay in between has a new tuple id, fails the re-check and is
 /// left alone, and the locked rows cannot change until this statement ends.
 const CLAIM: &str = "\
-WITH cand AS (
-    SELECT * FROM (
-        SELECT e.ctid AS tid, e.id, (p.status IS NULL OR p.status IN ('published', 'skipped')) AS ready,
-               p.status AS p_status, p.next_attempt_at AS p_next, p.lease_owner AS p_owner
-        FROM outbox_events e
-        LEFT JOIN LATERAL (
-            SELECT q.status, q.next_attempt_at, q.lease_owner FROM outbox_events q
-            WHERE q.entity_key = e.entity_key AND q.seq = e.seq - 1
-        ) p ON true
-        WHERE e.status = 'pending' AND e.next_attempt_at <= now() AND (e.lease_until IS NULL OR e.lease_until <= now())
-        ORDER BY e.position
-        LIMIT $1
-    ) scanned
-    WHERE ready OR p_status = 'quarantined' OR (p_owner IS NULL AND p_next > now())
+WITH scanned AS (
+    SELECT e.ctid AS tid, e.id, e.entity_key, e.seq, e.position
+    FROM outbox_events e
+    WHERE e.status = 'pending' AND e.next_attempt_at <= now() AND (e.lease_until IS NULL OR e.lease_until <= now())
+    ORDER BY e.position
+    LIMIT $1
+), heads AS (
+    SELECT w.tid, w.id, w.entity_key, w.seq FROM (
+        SELECT s.*, row_number() OVER (PARTITION BY s.entity_key COLLATE \"C\" ORDER BY s.position) AS nth
+        FROM scanned s
+    ) w
+    WHERE w.nth = 1 OR w.entity_key IS NULL
+    ORDER BY w.position
+), cand AS (
+    SELECT h.tid, h.id, (p.status IS NULL OR p.status IN ('published', 'skipped')) AS ready,
+           p.status AS p_status, p.next_attempt_at AS p_next, p.lease_owner AS p_owner
+    FROM heads h
+    LEFT JOIN LATERAL (
+        SELECT q.status, q.next_attempt_at, q.lease_owner FROM outbox_events q
+        WHERE q.entity_key = h.entity_key AND q.seq = h.seq - 1
+    ) p ON true
+    WHERE p.status IS NULL OR p.status IN ('published', 'skipped', 'quarantined')
+       OR (p.lease_owner IS NULL AND p.next_attempt_at > now())
     LIMIT $2
 ), ready AS (
     SELECT o.ctid AS tid FROM outbox_events o
@@ -328,6 +343,59 @@ mod tests {
         let mut expected: Vec<(String, u64)> = (0..50).map(|n| (format!("order-{n}"), 100)).collect();
         expected.sort();
         assert_eq!(heads, expected);
+        pool.close().await;
+        db.close().await.expect("drop database");
+    }
+
+    /// One claim over every case a head can be in: in flight, behind a quarantined or retrying
+    /// predecessor, ready, and unordered rows; later rows of every entity stay where they are.
+    #[tokio::test]
+    async fn the_claim_takes_ready_heads_and_unordered_rows_only() {
+        let db = outbox_testkit::TestDb::new().await.expect("database");
+        // Entities a..e with three events each, interleaved in queue order, and two unordered.
+        sqlx::raw_sql(
+            "INSERT INTO outbox_events (id, event_type, event_version, entity_key, seq, payload, content_type)
+             SELECT gen_random_uuid(), 'order.placed', 1, k, n, '\\x7b7d', 'application/json'
+             FROM generate_series(1, 3) n, unnest(ARRAY['a', 'b', 'c', 'd', 'e']) k ORDER BY n, k;
+             INSERT INTO outbox_events (id, event_type, event_version, payload, content_type)
+             SELECT gen_random_uuid(), 'audit.logged', 1, '\\x7b7d', 'application/json' FROM generate_series(1, 2);
+             -- a: 1 in flight. b: 1 quarantined. c: 1 waits for a retry. d: 1 published. e: untouched.
+             UPDATE outbox_events SET lease_owner = 'relay-b', claim_token = gen_random_uuid(), attempts = 1,
+                 lease_until = now() + interval '30 seconds' WHERE entity_key = 'a' AND seq = 1;
+             UPDATE outbox_events SET status = 'quarantined', quarantined_at = now() WHERE entity_key = 'b' AND seq = 1;
+             UPDATE outbox_events SET next_attempt_at = now() + interval '1 hour' WHERE entity_key = 'c' AND seq = 1;
+             UPDATE outbox_events SET status = 'published', published_at = now() WHERE entity_key = 'd' AND seq = 1;",
+        )
+        .execute(db.pool())
+        .await
+        .expect("fill");
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .connect_with(db.connect_options().clone().options(SESSION))
+            .await
+            .expect("pool");
+
+        let claimed = claim(&pool, 500, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim");
+        let mut got: Vec<(String, u64)> = claimed
+            .iter()
+            .map(|c| c.event.entity.as_ref().map_or_else(|| ("-".to_owned(), 0), |e| (e.key.clone(), e.seq)))
+            .collect();
+        got.sort();
+        assert_eq!(got, [("-".to_owned(), 0), ("-".to_owned(), 0), ("d".to_owned(), 2), ("e".to_owned(), 1)]);
+
+        // The successors of the quarantined and the retrying event were deferred, nothing else.
+        let deferred: Vec<(String, i64, bool)> = sqlx::query_as(
+            "SELECT entity_key, seq, next_attempt_at = 'infinity' FROM outbox_events
+             WHERE status = 'pending' AND next_attempt_at > now() ORDER BY entity_key, seq",
+        )
+        .fetch_all(db.pool())
+        .await
+        .expect("deferred");
+        assert_eq!(deferred, [("b".to_owned(), 2, true), ("c".to_owned(), 1, false), ("c".to_owned(), 2, false)]);
+
+        // Nothing more is ready until a predecessor is done.
+        let again = claim(&pool, 500, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim");
+        assert!(again.is_empty(), "{again:?}");
         pool.close().await;
         db.close().await.expect("drop database");
     }
