@@ -732,6 +732,8 @@ struct Commit {
 
 /// The steady load: [`PRODUCERS`] tasks, each with its own connection, committing one event per
 /// [`TICK`] (missed ticks are caught up, so the offered rate holds), each over its own entities.
+/// The producers' ticks are spread evenly over a tick, so the load arrives as one commit every
+/// `TICK / PRODUCERS` rather than as bursts of [`PRODUCERS`] simultaneous commits.
 async fn produce(db: &TestDb, plan: Plan) -> Result<Vec<Commit>, BoxError> {
     let pool = PgPoolOptions::new()
         .max_connections(u32::try_from(PRODUCERS)?)
@@ -746,7 +748,8 @@ async fn produce(db: &TestDb, plan: Plan) -> Result<Vec<Commit>, BoxError> {
         tokio::spawn(async move {
             let outbox = Outbox::new();
             let mut conn = pool.acquire().await?;
-            let mut ticks = tokio::time::interval_at(begin, TICK);
+            let offset = TICK * u32::try_from(producer)? / u32::try_from(PRODUCERS)?;
+            let mut ticks = tokio::time::interval_at(begin + offset, TICK);
             let mut commits = Vec::new();
             for n in 0_u64.. {
                 let tick = ticks.tick().await;
