@@ -21,7 +21,8 @@
 //!    so that its peak RSS (`VmHWM`) is its own. The clock starts when the child says it is ready
 //!    (connected to the database, about to run) and stops when every row is marked `published`.
 //! 3. `latency`: one event per transaction at a steady 1,000 events/s over 100 entities (ten
-//!    producer tasks, each committing once per 10 ms tick), relay in-process with defaults. Latency
+//!    producer tasks, each committing once per 10 ms tick, their ticks spread evenly so that one
+//!    commit arrives every millisecond), relay in-process with defaults. Latency
 //!    is the consumer's arrival time minus the moment `COMMIT` returned to the producer.
 //! 4. `backlog`: the drain rate of a large backlog against a small one over the same 1,000 entities,
 //!    each in a fresh database, relay in-process with defaults. The small backlog is drained before
