@@ -24,6 +24,26 @@ async fn publishes_every_committed_event_in_entity_order() {
     env.close().await.expect("cleanup");
 }
 
+/// 50,000 events over 1,000 entities (and 500 unordered) written while no relay runs: one relay,
+/// started afterwards, publishes every one exactly once, each entity's in sequence order.
+#[tokio::test]
+async fn backlog_of_50000_events_written_while_no_relay_runs_is_published_in_entity_order() {
+    let env = support::env().await;
+    let ids = enqueue(env.pool(), 1000, 50, 500).await;
+    assert_eq!(ids.len(), 50_500);
+    let handle = relay(&env).build().expect("relay").spawn();
+
+    env.recorder().wait_for_count(ids.len(), Duration::from_secs(300)).await.expect("all delivered");
+    wait_all_published(env.pool(), ids.len() as i64, Duration::from_secs(30)).await;
+    handle.shutdown().await.expect("graceful shutdown");
+
+    env.recorder().all_delivered(ids.iter().copied()).expect("nothing lost");
+    assert!(env.recorder().duplicates().is_empty(), "duplicates without any crash: {:?}", env.recorder().duplicates());
+    env.recorder().in_entity_order().expect("per-entity order");
+    assert_eq!(env.recorder().count(), ids.len());
+    env.close().await.expect("cleanup");
+}
+
 /// A transaction that enqueued first but commits last is still published (rows are selected by
 /// state, not behind a high-water mark of ids).
 #[tokio::test]
