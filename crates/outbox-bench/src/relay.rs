@@ -107,8 +107,9 @@ struct Backlog {
 pub(crate) struct Plan {
     /// Messages of each raw-publishing round.
     ceiling_messages: u64,
-    /// The backlog the relay process drains, and how many times (the median round is reported).
+    /// The backlog the relay process drains.
     drain: Backlog,
+    /// How many times it is drained (the round with the median ratio is reported).
     drain_rounds: u32,
     /// Latency phase: warm-up (not measured), then the measured window.
     latency_warmup: Duration,
@@ -120,8 +121,8 @@ pub(crate) struct Plan {
 
 impl Plan {
     /// Full: 100,000 raw messages per ceiling round, three drains of 100,000 events over 1,000
-    /// entities (each cut off after 90 s), 30 s of latency, 1,000,000 (180 s) against 10,000 events (30 s) over
-    /// 1,000 entities. Quick: 10,000 raw messages, 10,000 events over 100 entities (15 s), 5 s of
+    /// entities (each cut off after 90 s), 30 s of latency, 1,000,000 (180 s) against 10,000
+    /// events (30 s) over 1,000 entities. Quick: 10,000 raw messages, 10,000 events over 100 entities (15 s), 5 s of
     /// latency, 100,000 (30 s) against 10,000 events (10 s).
     pub(crate) fn new(quick: bool) -> Self {
         let secs = Duration::from_secs;
@@ -235,13 +236,13 @@ async fn drain_phase(target: Target<'_>, plan: Plan) -> Result<(), BoxError> {
         let drain = with_db(async |db| drain_in_child(db, target, plan.drain).await).await?;
         let after = ceiling(target, plan.ceiling_messages).await?;
         let ceiling = (before + after) / 2.0;
+        let ratio = drain.rate / ceiling;
         comment(format_args!(
-            "drain round {round}: ceiling {ceiling:.1} msgs/s, drain {:.1} events/s, ratio {:.3}",
-            drain.rate,
-            drain.rate / ceiling
+            "drain round {round}: ceiling {ceiling:.1} msgs/s, drain {:.1} events/s, ratio {ratio:.3}",
+            drain.rate
         ));
         peak_rss_mib = peak_rss_mib.max(drain.peak_rss_mib);
-        rounds.push((drain.rate / ceiling, ceiling, drain.rate));
+        rounds.push((ratio, ceiling, drain.rate));
         before = after;
     }
     rounds.sort_by(|a, b| a.0.total_cmp(&b.0));

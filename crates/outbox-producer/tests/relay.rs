@@ -11,17 +11,22 @@ use support::{enqueue, relay, wait_all_published};
 async fn publishes_every_committed_event_in_entity_order() {
     let env = support::env().await;
     let ids = enqueue(env.pool(), 10, 10, 20).await;
-    let handle = relay(&env).build().expect("relay").spawn();
+    drains_once_each_in_entity_order(&env, &ids, Duration::from_secs(20)).await;
+    assert_eq!(env.recorder().count(), 120);
+    env.close().await.expect("cleanup");
+}
 
-    env.recorder().wait_for_count(ids.len(), Duration::from_secs(20)).await.expect("all delivered");
-    wait_all_published(env.pool(), ids.len() as i64, Duration::from_secs(10)).await;
+/// Runs a relay until every one of `ids` reached the queue (within `deadline`) and is recorded
+/// published, stops it gracefully, and checks that each arrived exactly once, in entity order.
+async fn drains_once_each_in_entity_order(env: &outbox_testkit::Harness, ids: &[uuid::Uuid], deadline: Duration) {
+    let handle = relay(env).build().expect("relay").spawn();
+    env.recorder().wait_for_count(ids.len(), deadline).await.expect("all delivered");
+    wait_all_published(env.pool(), ids.len() as i64, Duration::from_secs(30)).await;
     handle.shutdown().await.expect("graceful shutdown");
 
     env.recorder().all_delivered(ids.iter().copied()).expect("nothing lost");
     assert!(env.recorder().duplicates().is_empty(), "duplicates without any crash: {:?}", env.recorder().duplicates());
     env.recorder().in_entity_order().expect("per-entity order");
-    assert_eq!(env.recorder().count(), 120);
-    env.close().await.expect("cleanup");
 }
 
 /// 50,000 events over 1,000 entities (and 500 unordered) written while no relay runs: one relay,
@@ -31,15 +36,7 @@ async fn backlog_of_50000_events_written_while_no_relay_runs_is_published_in_ent
     let env = support::env().await;
     let ids = enqueue(env.pool(), 1000, 50, 500).await;
     assert_eq!(ids.len(), 50_500);
-    let handle = relay(&env).build().expect("relay").spawn();
-
-    env.recorder().wait_for_count(ids.len(), Duration::from_secs(300)).await.expect("all delivered");
-    wait_all_published(env.pool(), ids.len() as i64, Duration::from_secs(30)).await;
-    handle.shutdown().await.expect("graceful shutdown");
-
-    env.recorder().all_delivered(ids.iter().copied()).expect("nothing lost");
-    assert!(env.recorder().duplicates().is_empty(), "duplicates without any crash: {:?}", env.recorder().duplicates());
-    env.recorder().in_entity_order().expect("per-entity order");
+    drains_once_each_in_entity_order(&env, &ids, Duration::from_secs(300)).await;
     assert_eq!(env.recorder().count(), ids.len());
     env.close().await.expect("cleanup");
 }

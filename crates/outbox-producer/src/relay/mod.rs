@@ -66,6 +66,13 @@ struct Settings {
     crash_at: Option<CrashPoint>,
 }
 
+impl Settings {
+    /// Workers of a relay: enough batches of `batch_size` to fill the confirm window.
+    fn workers(&self) -> usize {
+        self.confirm_window.div_ceil(self.batch_size).max(1)
+    }
+}
+
 /// Builder of a [`Relay`]. Every setting has a default suited to a production service.
 pub struct RelayBuilder<P> {
     pool: PgPool,
@@ -251,7 +258,7 @@ impl<P: Publisher> RelayBuilder<P> {
         }
         // The relay's own connections, with the planner settings its claim relies on (see
         // `store::SESSION`).
-        let workers = s.confirm_window.div_ceil(s.batch_size).max(1);
+        let workers = s.workers();
         let mut session = store::SESSION.to_vec();
         if !s.synchronous_commit {
             session.push(("synchronous_commit", "off"));
@@ -455,7 +462,7 @@ impl<P: Publisher> Relay<P> {
             }
             let (stop_tx, stop_rx) = watch::channel(false);
             let (hard_tx, hard_rx) = watch::channel(false);
-            let workers = s.confirm_window.div_ceil(s.batch_size).max(1);
+            let workers = s.workers();
             let mut tasks = JoinSet::new();
             for _ in 0..workers {
                 let relay = self.clone();

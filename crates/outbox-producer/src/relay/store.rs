@@ -297,7 +297,15 @@ pub(crate) async fn release_held(pool: &PgPool) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sqlx::Connection;
+
+    /// One connection to `db` with the relay's session settings.
+    async fn relay_session(db: &outbox_testkit::TestDb) -> PgPool {
+        sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .connect_with(db.connect_options().clone().options(SESSION))
+            .await
+            .expect("relay session")
+    }
 
     /// The claim's plan on a table the planner knows nothing about (never analyzed), with the dead
     /// index entries a busy relay leaves behind: an ordered scan of the queue index, no bitmap
@@ -315,25 +323,21 @@ mod tests {
         .execute(db.pool())
         .await
         .expect("fill");
-        let session = db.connect_options().clone().options(SESSION);
-
-        let mut conn = sqlx::PgConnection::connect_with(&session).await.expect("connect");
+        let pool = relay_session(&db).await;
         let plan: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("EXPLAIN {CLAIM}")))
             .bind(2000_i64)
             .bind(500_i64)
             .bind("relay-a")
             .bind(Uuid::new_v4())
             .bind(30.0_f64)
-            .fetch_all(&mut conn)
+            .fetch_all(&pool)
             .await
             .expect("explain");
-        conn.close().await.expect("close");
         let plan = plan.join("\n");
         assert!(plan.contains("Index Scan using outbox_events_queue on outbox_events e"), "{plan}");
         assert!(!plan.contains("Bitmap"), "{plan}");
         assert!(!plan.contains("Seq Scan"), "{plan}");
 
-        let pool = sqlx::postgres::PgPoolOptions::new().max_connections(1).connect_with(session).await.expect("pool");
         let claimed = claim(&pool, 500, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim");
         let mut heads: Vec<(String, u64)> = claimed
             .iter()
@@ -369,11 +373,7 @@ mod tests {
         .execute(db.pool())
         .await
         .expect("fill");
-        let pool = sqlx::postgres::PgPoolOptions::new()
-            .max_connections(1)
-            .connect_with(db.connect_options().clone().options(SESSION))
-            .await
-            .expect("pool");
+        let pool = relay_session(&db).await;
 
         let claimed = claim(&pool, 500, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim");
         let mut got: Vec<(String, u64)> = claimed
