@@ -170,3 +170,42 @@ async fn relay_vacuums_its_table_after_the_configured_number_of_published_rows()
         env.close().await.expect("cleanup");
     }
 }
+
+/// Four events whose confirms the broker holds back for 8 s fill neither the relay nor its
+/// confirm window: events committed meanwhile, of other entities, go out at once, and each of the
+/// slow ones is recorded published once its confirm arrives.
+#[tokio::test]
+async fn slow_confirms_do_not_hold_back_events_committed_meanwhile() {
+    let env = support::env().await;
+    let faulty = outbox_testkit::FaultyPublisher::new(support::publisher());
+    faulty.inject(4, outbox_testkit::Fault::DelayConfirm(Duration::from_secs(8)));
+    let handle = env
+        .relay_builder_with(faulty.clone())
+        .batch_size(10)
+        .confirm_window(20)
+        .lease(Duration::from_secs(30))
+        .confirm_timeout(Duration::from_secs(15))
+        .shutdown_deadline(Duration::from_secs(20))
+        .build()
+        .expect("relay")
+        .spawn();
+    let outbox = outbox_producer::Outbox::new();
+    let mut ids = Vec::new();
+    for i in 1..=6 {
+        let started = std::time::Instant::now();
+        let mut tx = env.pool().begin().await.expect("begin");
+        let id = outbox.enqueue(&mut *tx, support::event(Some(&format!("entity-{i}")))).await.expect("enqueue");
+        tx.commit().await.expect("commit");
+        ids.push(*id.as_uuid());
+        env.recorder().wait_for_count(i, Duration::from_secs(4)).await.unwrap_or_else(|e| {
+            panic!("event {i} did not reach the queue within 4 s while earlier confirms were slow: {e}")
+        });
+        assert!(started.elapsed() < Duration::from_secs(4));
+    }
+    assert_eq!(faulty.pending(), 0, "every delayed confirm was applied");
+    wait_all_published(env.pool(), 6, Duration::from_secs(20)).await;
+    handle.shutdown().await.expect("shutdown");
+    env.recorder().all_delivered(ids.iter().copied()).expect("nothing lost");
+    assert!(env.recorder().duplicates().is_empty(), "published twice: {:?}", env.recorder().duplicates());
+    env.close().await.expect("cleanup");
+}

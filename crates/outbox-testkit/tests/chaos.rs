@@ -372,17 +372,24 @@ impl Chaos<'_> {
                 }
             }
             Fault::PgTerminate => {
+                // Two terminations can fall into one tick of the schedule, or follow a kill: the
+                // processes may not have reconnected yet, so wait for a backend to terminate.
                 let pattern = format!("{}-%", self.prefix);
-                let terminated: i64 = sqlx::query_scalar(
-                    "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-                     WHERE datname = ANY($1) AND application_name LIKE $2) t",
-                )
-                .bind(&self.databases)
-                .bind(pattern)
-                .fetch_one(self.admin)
-                .await
-                .expect("terminate backends");
-                assert!(terminated > 0, "no backend of the relays or the consumer to terminate");
+                let terminated =
+                    wait_for("a backend of the relays or the consumer", Duration::from_secs(10), || async {
+                        let n: i64 = sqlx::query_scalar(
+                            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                         WHERE datname = ANY($1) AND application_name LIKE $2) t",
+                        )
+                        .bind(&self.databases)
+                        .bind(&pattern)
+                        .fetch_one(self.admin)
+                        .await
+                        .expect("terminate backends");
+                        (n > 0).then_some(n)
+                    })
+                    .await
+                    .expect("no backend of the relays or the consumer to terminate");
                 self.injected.backends_terminated += terminated;
             }
             Fault::ConsumerCrash => {

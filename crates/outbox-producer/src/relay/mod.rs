@@ -67,8 +67,10 @@ struct Settings {
 }
 
 impl Settings {
-    /// Workers of a relay: enough batches of `batch_size` to fill the confirm window.
-    fn workers(&self) -> usize {
+    /// Full batches the confirm window holds: each may be recording its outcome while the next
+    /// ones are claimed, so the relay's pool has two connections per batch (and three more for the
+    /// claim, the listener and housekeeping).
+    fn full_batches(&self) -> usize {
         self.confirm_window.div_ceil(self.batch_size).max(1)
     }
 }
@@ -109,8 +111,10 @@ impl<P: Publisher> RelayBuilder<P> {
         self
     }
 
-    /// Sets how many messages may await their broker confirm at once; the relay runs
-    /// `confirm_window / batch_size` batches concurrently. Defaults to 1,000.
+    /// Sets how many messages may await their broker confirm (and the record of their outcome) at
+    /// once. The relay keeps claiming and publishing while earlier batches await their confirms,
+    /// until this many messages are in flight; a claim then waits for room for a full batch.
+    /// Defaults to 1,000.
     #[must_use]
     pub fn confirm_window(mut self, n: usize) -> Self {
         self.settings.confirm_window = n.max(1);
@@ -258,13 +262,13 @@ impl<P: Publisher> RelayBuilder<P> {
         }
         // The relay's own connections, with the planner settings its claim relies on (see
         // `store::SESSION`).
-        let workers = s.workers();
+        let batches = s.full_batches();
         let mut session = store::SESSION.to_vec();
         if !s.synchronous_commit {
             session.push(("synchronous_commit", "off"));
         }
         let pool = sqlx::postgres::PgPoolOptions::new()
-            .max_connections(u32::try_from(workers * 2 + 3).unwrap_or(16))
+            .max_connections(u32::try_from(batches * 2 + 3).unwrap_or(16))
             .connect_lazy_with((*self.pool.connect_options()).clone().options(session));
         Ok(Relay {
             shared: Arc::new(Shared {
@@ -296,9 +300,9 @@ struct Shared<P> {
     published_since_vacuum: AtomicU64,
     /// Signalled when `published_since_vacuum` reached `vacuum_after`.
     vacuum_due: Notify,
-    /// Held while one of this relay's workers claims. Two claims at the same moment would see the
-    /// same ready rows and split them between them (`SKIP LOCKED`), each paying a full scan for
-    /// half a batch; one at a time, each claim takes every ready row up to the batch size.
+    /// Held while this relay claims (its claim loop, or [`Relay::run_batch`]). Two claims at the
+    /// same moment would see the same ready rows and split them between them (`SKIP LOCKED`), each
+    /// paying a full scan for half a batch.
     claiming: tokio::sync::Mutex<()>,
 }
 
@@ -391,11 +395,62 @@ impl RelayHandle {
     }
 }
 
-enum Stop {
-    /// Keep going.
-    Run,
-    /// Finish the batch in hand (confirms until the deadline), then stop.
-    Graceful,
+/// The batches a relay's claim loop has handed to their delivery tasks.
+#[derive(Default)]
+struct Flight {
+    /// Delivery tasks: each yields its row count, whether it held rows of an entity, and its report.
+    tasks: JoinSet<(usize, bool, Result<BatchReport>)>,
+    /// Messages claimed and not yet recorded (the confirm window's use).
+    messages: usize,
+    /// The loop waits for room in the window.
+    want_room: bool,
+    /// A recorded outcome marked rows of an entity published: their successors may be ready.
+    successors: bool,
+    /// No claims before this (a broker outage, a failing database).
+    backoff_until: Option<tokio::time::Instant>,
+    backoff: Duration,
+}
+
+impl Flight {
+    /// Takes in a finished delivery task; returns whether to claim now (it made room the loop
+    /// waited for, or successors of its rows may be ready).
+    fn settled(
+        &mut self,
+        done: std::result::Result<(usize, bool, Result<BatchReport>), tokio::task::JoinError>,
+    ) -> Result<bool> {
+        let Ok((n, ordered, result)) = done else {
+            // A delivery task panicked: its rows stay leased and are taken over after the lease.
+            tracing::error!("a delivery task of the relay panicked; its rows are published again after the lease");
+            return Ok(false);
+        };
+        self.messages -= n;
+        let room_made = std::mem::take(&mut self.want_room);
+        match result {
+            Ok(report) if report.published > 0 || report.retried + report.quarantined == 0 => {
+                self.backoff = Duration::ZERO;
+                self.backoff_until = None;
+                self.successors |= ordered && report.published > 0;
+            }
+            Ok(_) => {
+                // Nothing of the batch got through (broker down?): back off before claiming more,
+                // so that a broker outage is not a hot loop over the backlog.
+                self.back_off(Duration::from_secs(5));
+            }
+            Err(Error::Crashed) => return Err(Error::Crashed),
+            Err(e) => {
+                tracing::warn!(error = %e, kind = %e.kind(), "recording a batch's outcome failed; its rows are published again after the lease");
+                self.back_off(Duration::from_secs(5));
+            }
+        }
+        Ok(room_made || self.successors)
+    }
+
+    /// Doubles the back-off (100 ms to `max`) and returns it.
+    fn back_off(&mut self, max: Duration) -> Duration {
+        self.backoff = (self.backoff * 2).clamp(Duration::from_millis(100), max);
+        self.backoff_until = Some(tokio::time::Instant::now() + self.backoff);
+        self.backoff
+    }
 }
 
 impl<P: Publisher> Relay<P> {
@@ -462,17 +517,13 @@ impl<P: Publisher> Relay<P> {
             }
             let (stop_tx, stop_rx) = watch::channel(false);
             let (hard_tx, hard_rx) = watch::channel(false);
-            let workers = s.workers();
             let mut tasks = JoinSet::new();
-            for _ in 0..workers {
-                let relay = self.clone();
-                let (stop_rx, hard_rx) = (stop_rx.clone(), hard_rx.clone());
-                tasks.spawn(async move { relay.worker(stop_rx, hard_rx).await }.in_current_span());
-            }
+            let relay = self.clone();
+            tasks.spawn(async move { relay.worker(stop_rx, hard_rx).await }.in_current_span());
             let listener = tokio::spawn(listen(self.shared.clone()).in_current_span());
             let maintenance = tokio::spawn(maintain(self.shared.clone()).in_current_span());
             let vacuum = tokio::spawn(vacuum(self.shared.clone()).in_current_span());
-            tracing::info!(workers, batch_size = s.batch_size, "relay started");
+            tracing::info!(batch_size = s.batch_size, confirm_window = s.confirm_window, "relay started");
 
             tokio::pin!(shutdown);
             let mut result = Ok(());
@@ -513,71 +564,108 @@ impl<P: Publisher> Relay<P> {
         .await
     }
 
+    /// The claim loop. It claims whenever the confirm window has room for a batch (or nothing is
+    /// in flight) and work may be due, and hands each claimed batch to a task that publishes it,
+    /// awaits its confirms and records the outcomes; so claiming and publishing go on while earlier
+    /// batches await their confirms (a slow confirm holds back only its own entities' successors).
+    ///
+    /// It claims again at once after a full claim; otherwise on a notification, at the poll (fast
+    /// while it lingers after work), when a recorded outcome gave the window room it lacked, or when
+    /// one marked rows of an entity published (their successors may be ready now). Outcomes that
+    /// arrive together count as one reason to claim.
     async fn worker(self, stop: watch::Receiver<bool>, hard: watch::Receiver<bool>) -> Result<()> {
         let s = &self.shared.settings;
-        let mut backoff = Duration::ZERO;
+        let mut flight = Flight::default();
         let mut quiet_since: Option<tokio::time::Instant> = None;
         loop {
+            while let Some(done) = flight.tasks.try_join_next() {
+                flight.settled(done)?;
+            }
             if *stop.borrow() {
-                return Ok(());
+                break;
             }
             let notified = self.shared.wake.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let mode = if *stop.borrow() { Stop::Graceful } else { Stop::Run };
-            let wait = match self.batch(hard.clone(), mode).await {
-                Ok(report) if report.claimed == 0 => {
-                    // Linger: poll fast for a while after the last work, without asking for
-                    // notifications; then register and wait for one (or for the poll).
-                    let since = *quiet_since.get_or_insert_with(tokio::time::Instant::now);
-                    if since.elapsed() < s.linger {
-                        s.fast_poll_interval
-                    } else {
-                        let already = self.shared.listening.swap(true, Ordering::SeqCst);
-                        if let Err(e) = store::listen(&self.shared.pool, &s.relay_id, s.poll_interval * 3).await {
-                            // Without the registration commits do not notify: keep polling fast.
-                            self.shared.listening.store(false, Ordering::SeqCst);
-                            tracing::warn!(error = %e, "cannot register for notifications; polling");
-                            s.fast_poll_interval.max(Duration::from_millis(100))
-                        } else if already {
-                            s.poll_interval
-                        } else {
-                            // Just registered: a commit whose trigger ran before the registration
-                            // may become visible a moment later, so look once more shortly.
-                            s.fast_poll_interval * 10
+            let limit = s.batch_size.min(s.confirm_window.saturating_sub(flight.messages));
+            let wait = if flight.backoff_until.is_some_and(|t| t > tokio::time::Instant::now()) {
+                // Nothing of the last batches got through (broker down?): no new claims meanwhile.
+                flight.backoff_until.map(|t| t - tokio::time::Instant::now())
+            } else if flight.messages > 0 && limit < s.batch_size.min(s.confirm_window) {
+                // The window is full: wait for an outcome to make room.
+                flight.want_room = true;
+                None
+            } else {
+                flight.successors = false;
+                match self.claim(limit).await {
+                    Ok((claimed, _)) if claimed.is_empty() => Some(self.idle_wait(&mut quiet_since).await),
+                    Ok((claimed, token)) => {
+                        quiet_since = None;
+                        if self.shared.listening.swap(false, Ordering::SeqCst)
+                            && let Err(e) = store::unlisten(&self.shared.pool, &s.relay_id).await
+                        {
+                            tracing::debug!(error = %e, "could not withdraw the listener registration; it expires by itself");
                         }
+                        let full = claimed.len() == limit;
+                        flight.messages += claimed.len();
+                        let relay = self.clone();
+                        let hard = hard.clone();
+                        let n = claimed.len();
+                        let ordered = claimed.iter().any(|c| c.event.entity.is_some());
+                        flight.tasks.spawn(
+                            async move { (n, ordered, relay.deliver(claimed, token, hard).await) }.in_current_span(),
+                        );
+                        if full {
+                            continue;
+                        }
+                        Some(s.fast_poll_interval)
                     }
-                }
-                Ok(report) => {
-                    quiet_since = None;
-                    if self.shared.listening.swap(false, Ordering::SeqCst)
-                        && let Err(e) = store::unlisten(&self.shared.pool, &s.relay_id).await
-                    {
-                        tracing::debug!(error = %e, "could not withdraw the listener registration; it expires by itself");
+                    Err(Error::Crashed) => return Err(Error::Crashed),
+                    Err(e) => {
+                        tracing::warn!(error = %e, kind = %e.kind(), "relay claim failed; retrying");
+                        Some(flight.back_off(Duration::from_secs(5)))
                     }
-                    if report.published > 0 || report.retried + report.quarantined == 0 {
-                        backoff = Duration::ZERO;
-                        continue;
-                    }
-                    // Nothing of a claimed batch got through (broker down?): back off before
-                    // claiming more, so that a broker outage is not a hot loop over the backlog.
-                    backoff =
-                        (backoff * 2).clamp(Duration::from_millis(100), s.poll_interval.max(Duration::from_secs(5)));
-                    backoff
-                }
-                Err(Error::Crashed) => return Err(Error::Crashed),
-                Err(e) => {
-                    tracing::warn!(error = %e, kind = %e.kind(), "relay round failed; retrying");
-                    backoff = (backoff * 2).clamp(Duration::from_millis(100), Duration::from_secs(5));
-                    backoff
                 }
             };
+            let sleep = tokio::time::sleep(wait.unwrap_or(s.poll_interval));
+            tokio::pin!(sleep);
             let mut stop_rx = stop.clone();
-            tokio::select! {
-                () = &mut notified => quiet_since = None,
-                () = tokio::time::sleep(wait) => {}
-                _ = stop_rx.wait_for(|s| *s) => {}
+            loop {
+                tokio::select! {
+                    () = &mut notified => { quiet_since = None; break }
+                    () = &mut sleep => break,
+                    _ = stop_rx.wait_for(|s| *s) => break,
+                    Some(done) = flight.tasks.join_next() => if flight.settled(done)? { break },
+                }
             }
+        }
+        // Graceful: batches in hand finish (the hard stop cuts their confirm wait short).
+        while let Some(done) = flight.tasks.join_next().await {
+            flight.settled(done)?;
+        }
+        Ok(())
+    }
+
+    /// How long to wait after a claim found nothing. Linger: poll fast for a while after the last
+    /// work, without asking for notifications; then register and wait for one (or for the poll).
+    async fn idle_wait(&self, quiet_since: &mut Option<tokio::time::Instant>) -> Duration {
+        let s = &self.shared.settings;
+        let since = *quiet_since.get_or_insert_with(tokio::time::Instant::now);
+        if since.elapsed() < s.linger {
+            return s.fast_poll_interval;
+        }
+        let already = self.shared.listening.swap(true, Ordering::SeqCst);
+        if let Err(e) = store::listen(&self.shared.pool, &s.relay_id, s.poll_interval * 3).await {
+            // Without the registration commits do not notify: keep polling fast.
+            self.shared.listening.store(false, Ordering::SeqCst);
+            tracing::warn!(error = %e, "cannot register for notifications; polling");
+            s.fast_poll_interval.max(Duration::from_millis(100))
+        } else if already {
+            s.poll_interval
+        } else {
+            // Just registered: a commit whose trigger ran before the registration may become
+            // visible a moment later, so look once more shortly.
+            s.fast_poll_interval * 10
         }
     }
 
@@ -599,23 +687,39 @@ impl<P: Publisher> Relay<P> {
     /// A database error (the claimed rows stay leased and are retried after the lease).
     pub async fn run_batch(&self) -> Result<BatchReport> {
         let (_tx, rx) = watch::channel(false);
-        self.batch(rx, Stop::Run).await
+        let (claimed, token) = self.claim(self.shared.settings.batch_size).await?;
+        self.deliver(claimed, token, rx).await
     }
 
-    async fn batch(&self, mut hard: watch::Receiver<bool>, _mode: Stop) -> Result<BatchReport> {
+    /// Claims up to `limit` rows under a new claim token.
+    async fn claim(&self, limit: usize) -> Result<(Vec<store::Claimed>, Uuid)> {
         let s = &self.shared.settings;
-        let pool = &self.shared.pool;
         let token = Uuid::new_v4();
         let claimed = {
             let _one_at_a_time = self.shared.claiming.lock().await;
-            store::claim(pool, s.batch_size, &s.relay_id, token, s.lease).await?
+            store::claim(&self.shared.pool, limit, &s.relay_id, token, s.lease).await?
         };
+        #[cfg(feature = "fail-points")]
+        if !claimed.is_empty() {
+            self.crash_if(CrashPoint::AfterClaim)?;
+        }
+        Ok((claimed, token))
+    }
+
+    /// Publishes a claimed batch, awaits its confirms (until the confirm timeout, or until a hard
+    /// stop cuts the wait short) and records each row's outcome under the claim token.
+    async fn deliver(
+        &self,
+        claimed: Vec<store::Claimed>,
+        token: Uuid,
+        mut hard: watch::Receiver<bool>,
+    ) -> Result<BatchReport> {
+        let s = &self.shared.settings;
+        let pool = &self.shared.pool;
         let mut report = BatchReport { claimed: claimed.len(), ..BatchReport::default() };
         if claimed.is_empty() {
             return Ok(report);
         }
-        #[cfg(feature = "fail-points")]
-        self.crash_if(CrashPoint::AfterClaim)?;
 
         let messages: Vec<OutgoingMessage> = claimed
             .iter()
@@ -647,6 +751,10 @@ impl<P: Publisher> Relay<P> {
         drop(pending);
         #[cfg(feature = "fail-points")]
         self.crash_if(CrashPoint::AfterConfirmBeforeMark)?;
+        if self.shared.crashed.load(Ordering::SeqCst) {
+            // Another batch of this relay reached a crash point: it is "dead", it writes nothing.
+            return Err(Error::Crashed);
+        }
 
         let now = SystemTime::now();
         let mut published = Vec::new();
@@ -763,7 +871,7 @@ async fn vacuum<P: Publisher>(shared: Arc<Shared<P>>) {
     }
 }
 
-/// LISTEN for commits; wake the workers on each notification, and after every reconnect (when
+/// LISTEN for commits; wake the claim loop on each notification, and after every reconnect (when
 /// notifications may have been lost).
 async fn listen<P: Publisher>(shared: Arc<Shared<P>>) {
     let mut backoff = Duration::from_millis(100);
