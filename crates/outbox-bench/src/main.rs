@@ -33,6 +33,7 @@
 
 mod amqp;
 mod consumer;
+mod counters;
 mod figure;
 mod machine;
 mod process;

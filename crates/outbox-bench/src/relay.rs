@@ -168,8 +168,9 @@ impl Target<'_> {
 }
 
 /// Relay settings other than the defaults, for experiments only (the figures are defined with
-/// default settings): `OUTBOX_BENCH_RELAY_BATCH` and `OUTBOX_BENCH_RELAY_WINDOW` set `batch_size`
-/// and `confirm_window`.
+/// default settings): `OUTBOX_BENCH_RELAY_BATCH`, `OUTBOX_BENCH_RELAY_WINDOW` and
+/// `OUTBOX_BENCH_RELAY_FAST_POLL_US` set `batch_size`, `confirm_window` and `fast_poll_interval`
+/// (in microseconds).
 fn experiment<P: Publisher>(mut relay: outbox_producer::RelayBuilder<P>) -> outbox_producer::RelayBuilder<P> {
     let var = |name| std::env::var(name).ok().and_then(|v| v.parse::<usize>().ok());
     if let Some(n) = var("OUTBOX_BENCH_RELAY_BATCH") {
@@ -177,6 +178,9 @@ fn experiment<P: Publisher>(mut relay: outbox_producer::RelayBuilder<P>) -> outb
     }
     if let Some(n) = var("OUTBOX_BENCH_RELAY_WINDOW") {
         relay = relay.confirm_window(n);
+    }
+    if let Some(us) = var("OUTBOX_BENCH_RELAY_FAST_POLL_US") {
+        relay = relay.fast_poll_interval(Duration::from_micros(us as u64));
     }
     relay
 }
@@ -683,6 +687,12 @@ impl InProcess {
 
 async fn measure_latency(db: &TestDb, target: Target<'_>, plan: Plan) -> Result<Latency, BoxError> {
     target.purge().await?;
+    crate::counters::install();
+    let claims = || {
+        let rows = crate::counters::get("outbox_relay_claims_total{found=\"rows\"}");
+        (rows, rows + crate::counters::get("outbox_relay_claims_total{found=\"none\"}"))
+    };
+    let claims_before = claims();
     let arrivals = Arrivals::start(target, u64::MAX, true).await?;
     let outcome = async {
         let relay = InProcess::start(db, target).await?;
@@ -700,6 +710,7 @@ async fn measure_latency(db: &TestDb, target: Target<'_>, plan: Plan) -> Result<
     }
     .await;
     let arrived = arrivals.stop().await;
+    let claims_after = claims();
     let commits = outcome?;
     let arrived = arrived?;
     target.purge().await?;
@@ -730,6 +741,11 @@ async fn measure_latency(db: &TestDb, target: Target<'_>, plan: Plan) -> Result<
     let p90 = percentile(&latencies, 0.90);
     let p999 = percentile(&latencies, 0.999);
     comment(format_args!("latency: p90 {p90:.2} ms, p99.9 {p999:.2} ms"));
+    let (with_rows, all) = (claims_after.0 - claims_before.0, claims_after.1 - claims_before.1);
+    comment(format_args!(
+        "latency: {all} claims ({with_rows} found rows), {:.2} claims per event committed",
+        all as f64 / commits.len().max(1) as f64
+    ));
     Ok(Latency {
         offered,
         samples: latencies.len() as u64,

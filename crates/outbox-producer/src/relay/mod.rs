@@ -597,8 +597,15 @@ impl<P: Publisher> Relay<P> {
                 None
             } else {
                 flight.successors = false;
+                // Fast polls are paced from the start of the claim, so a slow claim does not
+                // stretch the interval between two looks at the table.
+                let started = tokio::time::Instant::now();
+                let since_start = |d: Duration| d.saturating_sub(started.elapsed());
                 match self.claim(limit).await {
-                    Ok((claimed, _)) if claimed.is_empty() => Some(self.idle_wait(&mut quiet_since).await),
+                    Ok((claimed, _)) if claimed.is_empty() => {
+                        let wait = self.idle_wait(&mut quiet_since).await;
+                        Some(if wait == s.fast_poll_interval { since_start(wait) } else { wait })
+                    }
                     Ok((claimed, token)) => {
                         quiet_since = None;
                         if self.shared.listening.swap(false, Ordering::SeqCst)
@@ -618,7 +625,7 @@ impl<P: Publisher> Relay<P> {
                         if full {
                             continue;
                         }
-                        Some(s.fast_poll_interval)
+                        Some(since_start(s.fast_poll_interval))
                     }
                     Err(Error::Crashed) => return Err(Error::Crashed),
                     Err(e) => {
@@ -699,6 +706,8 @@ impl<P: Publisher> Relay<P> {
             let _one_at_a_time = self.shared.claiming.lock().await;
             store::claim(&self.shared.pool, limit, &s.relay_id, token, s.lease).await?
         };
+        metrics::counter!("outbox_relay_claims_total", "found" => if claimed.is_empty() { "none" } else { "rows" })
+            .increment(1);
         #[cfg(feature = "fail-points")]
         if !claimed.is_empty() {
             self.crash_if(CrashPoint::AfterClaim)?;
