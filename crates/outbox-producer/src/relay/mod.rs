@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
-use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
 use outbox_core::{
     ExchangeKind, FailureKind, OutgoingMessage, PublishFailure, PublishOutcome, Publisher, RetryDecision, RetryPolicy,
     wire,
@@ -419,8 +419,7 @@ impl Flight {
         done: std::result::Result<(usize, bool, Result<BatchReport>), tokio::task::JoinError>,
     ) -> Result<bool> {
         let Ok((n, ordered, result)) = done else {
-            // A delivery task panicked: its rows stay leased and are taken over after the lease.
-            tracing::error!("a delivery task of the relay panicked; its rows are published again after the lease");
+            // Only when the loop itself is dropped (the relay task aborted): nothing left to count.
             return Ok(false);
         };
         self.messages -= n;
@@ -620,7 +619,15 @@ impl<P: Publisher> Relay<P> {
                         let n = claimed.len();
                         let ordered = claimed.iter().any(|c| c.event.entity.is_some());
                         flight.tasks.spawn(
-                            async move { (n, ordered, relay.deliver(claimed, token, hard).await) }.in_current_span(),
+                            async move {
+                                // A panic must not leak the batch's share of the window.
+                                let delivered = std::panic::AssertUnwindSafe(relay.deliver(claimed, token, hard))
+                                    .catch_unwind()
+                                    .await
+                                    .unwrap_or(Err(Error::Stopped));
+                                (n, ordered, delivered)
+                            }
+                            .in_current_span(),
                         );
                         if full {
                             continue;
