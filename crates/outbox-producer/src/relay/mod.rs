@@ -146,7 +146,8 @@ impl<P: Publisher> RelayBuilder<P> {
         self
     }
 
-    /// Sets how often the relay polls while it lingers after work. Defaults to 5 ms.
+    /// Sets how often the relay polls while it is busy and while it lingers after work, counted
+    /// from the start of the previous claim. Defaults to 5 ms.
     #[must_use]
     pub fn fast_poll_interval(mut self, interval: Duration) -> Self {
         self.settings.fast_poll_interval = interval;
