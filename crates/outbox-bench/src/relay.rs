@@ -137,9 +137,16 @@ impl Plan {
                 large: Backlog { events: 100_000, entities: 1_000, limit: secs(30) },
             }
         } else {
+            // For experiments only: `OUTBOX_BENCH_RELAY_DRAIN_ENTITIES` spreads the drained
+            // backlog over another number of entities (the figures are defined with 1,000).
+            let entities = std::env::var("OUTBOX_BENCH_RELAY_DRAIN_ENTITIES")
+                .ok()
+                .and_then(|v| v.parse::<u64>().ok())
+                .filter(|n| *n > 0)
+                .unwrap_or(1_000);
             Self {
                 ceiling_messages: 100_000,
-                drain: Backlog { events: 100_000, entities: 1_000, limit: secs(90) },
+                drain: Backlog { events: 100_000, entities, limit: secs(90) },
                 drain_rounds: 3,
                 latency_warmup: secs(1),
                 latency_window: secs(30),
@@ -170,7 +177,8 @@ impl Target<'_> {
 /// Relay settings other than the defaults, for experiments only (the figures are defined with
 /// default settings): `OUTBOX_BENCH_RELAY_BATCH`, `OUTBOX_BENCH_RELAY_WINDOW` and
 /// `OUTBOX_BENCH_RELAY_FAST_POLL_US` set `batch_size`, `confirm_window` and `fast_poll_interval`
-/// (in microseconds).
+/// (in microseconds); `OUTBOX_BENCH_RELAY_DRAIN_ENTITIES` spreads the drained backlog over another
+/// number of entities (see `Plan::new`).
 fn experiment<P: Publisher>(mut relay: outbox_producer::RelayBuilder<P>) -> outbox_producer::RelayBuilder<P> {
     let var = |name| std::env::var(name).ok().and_then(|v| v.parse::<usize>().ok());
     if let Some(n) = var("OUTBOX_BENCH_RELAY_BATCH") {

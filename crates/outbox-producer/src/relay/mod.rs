@@ -396,6 +396,14 @@ impl RelayHandle {
     }
 }
 
+/// How long the claim loop waits after a claim that found nothing.
+enum IdleWait {
+    /// A fast poll while lingering: `fast_poll_interval` from the start of that claim.
+    FastPoll,
+    /// This long from now (waiting for a notification, or polling while it cannot register).
+    For(Duration),
+}
+
 /// The batches a relay's claim loop has handed to their delivery tasks.
 #[derive(Default)]
 struct Flight {
@@ -434,22 +442,21 @@ impl Flight {
             Ok(_) => {
                 // Nothing of the batch got through (broker down?): back off before claiming more,
                 // so that a broker outage is not a hot loop over the backlog.
-                self.back_off(Duration::from_secs(5));
+                self.back_off();
             }
             Err(Error::Crashed) => return Err(Error::Crashed),
             Err(e) => {
                 tracing::warn!(error = %e, kind = %e.kind(), "recording a batch's outcome failed; its rows are published again after the lease");
-                self.back_off(Duration::from_secs(5));
+                self.back_off();
             }
         }
         Ok(room_made || self.successors)
     }
 
-    /// Doubles the back-off (100 ms to `max`) and returns it.
-    fn back_off(&mut self, max: Duration) -> Duration {
-        self.backoff = (self.backoff * 2).clamp(Duration::from_millis(100), max);
+    /// Doubles the back-off (100 ms to 5 s): no claims until it has passed.
+    fn back_off(&mut self) {
+        self.backoff = (self.backoff * 2).clamp(Duration::from_millis(100), Duration::from_secs(5));
         self.backoff_until = Some(tokio::time::Instant::now() + self.backoff);
-        self.backoff
     }
 }
 
@@ -602,10 +609,10 @@ impl<P: Publisher> Relay<P> {
                 let started = tokio::time::Instant::now();
                 let since_start = |d: Duration| d.saturating_sub(started.elapsed());
                 match self.claim(limit).await {
-                    Ok((claimed, _)) if claimed.is_empty() => {
-                        let wait = self.idle_wait(&mut quiet_since).await;
-                        Some(if wait == s.fast_poll_interval { since_start(wait) } else { wait })
-                    }
+                    Ok((claimed, _)) if claimed.is_empty() => Some(match self.idle_wait(&mut quiet_since).await {
+                        IdleWait::FastPoll => since_start(s.fast_poll_interval),
+                        IdleWait::For(wait) => wait,
+                    }),
                     Ok((claimed, token)) => {
                         quiet_since = None;
                         if self.shared.listening.swap(false, Ordering::SeqCst)
@@ -638,7 +645,8 @@ impl<P: Publisher> Relay<P> {
                     Err(Error::Crashed) => return Err(Error::Crashed),
                     Err(e) => {
                         tracing::warn!(error = %e, kind = %e.kind(), "relay claim failed; retrying");
-                        Some(flight.back_off(Duration::from_secs(5)))
+                        flight.back_off();
+                        Some(flight.backoff)
                     }
                 }
             };
@@ -663,24 +671,24 @@ impl<P: Publisher> Relay<P> {
 
     /// How long to wait after a claim found nothing. Linger: poll fast for a while after the last
     /// work, without asking for notifications; then register and wait for one (or for the poll).
-    async fn idle_wait(&self, quiet_since: &mut Option<tokio::time::Instant>) -> Duration {
+    async fn idle_wait(&self, quiet_since: &mut Option<tokio::time::Instant>) -> IdleWait {
         let s = &self.shared.settings;
         let since = *quiet_since.get_or_insert_with(tokio::time::Instant::now);
         if since.elapsed() < s.linger {
-            return s.fast_poll_interval;
+            return IdleWait::FastPoll;
         }
         let already = self.shared.listening.swap(true, Ordering::SeqCst);
         if let Err(e) = store::listen(&self.shared.pool, &s.relay_id, s.poll_interval * 3).await {
             // Without the registration commits do not notify: keep polling fast.
             self.shared.listening.store(false, Ordering::SeqCst);
             tracing::warn!(error = %e, "cannot register for notifications; polling");
-            s.fast_poll_interval.max(Duration::from_millis(100))
+            IdleWait::For(s.fast_poll_interval.max(Duration::from_millis(100)))
         } else if already {
-            s.poll_interval
+            IdleWait::For(s.poll_interval)
         } else {
             // Just registered: a commit whose trigger ran before the registration may become
             // visible a moment later, so look once more shortly.
-            s.fast_poll_interval * 10
+            IdleWait::For(s.fast_poll_interval * 10)
         }
     }
 
