@@ -25,8 +25,10 @@ async fn a_relay_paused_past_its_lease_cannot_overwrite_the_takeover() {
         .collect();
     tx.commit().await.expect("commit");
 
+    // One event per claim, so that each relay's claim is exactly the entity's head.
     let relay = |publisher| {
         h.relay_builder_with(publisher)
+            .events_per_entity(1)
             .lease(Duration::from_secs(1))
             .confirm_timeout(Duration::from_millis(500))
             .build()

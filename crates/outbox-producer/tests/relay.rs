@@ -209,3 +209,39 @@ async fn slow_confirms_do_not_hold_back_events_committed_meanwhile() {
     assert!(env.recorder().duplicates().is_empty(), "published twice: {:?}", env.recorder().duplicates());
     env.close().await.expect("cleanup");
 }
+
+/// A claim takes up to four events of an entity; they go out one after the other, each only once
+/// the broker confirmed the one before. When the broker nacks one of them (the first, or one in
+/// the middle), the rest of the run is not sent: it is given back with its claim's attempt taken
+/// back, the nacked event is retried, and every event still reaches the queue once, in sequence
+/// order.
+#[tokio::test]
+async fn a_nack_within_an_entitys_run_holds_back_the_rest_of_the_run() {
+    for confirmed_before_the_nack in [0, 1] {
+        let env = support::env().await;
+        let ids = enqueue(env.pool(), 1, 8, 0).await;
+        let faulty = outbox_testkit::FaultyPublisher::new(support::publisher());
+        if confirmed_before_the_nack > 0 {
+            faulty.inject(confirmed_before_the_nack, outbox_testkit::Fault::DelayConfirm(Duration::ZERO));
+        }
+        faulty.inject(1, outbox_testkit::Fault::Nack);
+        let handle = env.relay_builder_with(faulty.clone()).events_per_entity(4).build().expect("relay").spawn();
+        env.recorder().wait_for_count(ids.len(), Duration::from_secs(20)).await.expect("all delivered");
+        wait_all_published(env.pool(), ids.len() as i64, Duration::from_secs(10)).await;
+        handle.shutdown().await.expect("shutdown");
+
+        assert_eq!(faulty.pending(), 0, "the nack was applied");
+        env.recorder().all_delivered(ids.iter().copied()).expect("nothing lost");
+        assert!(env.recorder().duplicates().is_empty(), "published twice: {:?}", env.recorder().duplicates());
+        env.recorder().in_entity_order().expect("per-entity order");
+        // Only the nacked event was attempted twice: the rest of its run was never sent.
+        let attempts: Vec<i32> = sqlx::query_scalar("SELECT attempts FROM outbox_events ORDER BY seq")
+            .fetch_all(env.pool())
+            .await
+            .expect("attempts");
+        let mut expected = vec![1; ids.len()];
+        expected[confirmed_before_the_nack] = 2;
+        assert_eq!(attempts, expected);
+        env.close().await.expect("cleanup");
+    }
+}

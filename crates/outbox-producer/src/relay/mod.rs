@@ -15,8 +15,8 @@ use std::time::{Duration, SystemTime};
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use outbox_core::{
-    ExchangeKind, FailureKind, OutgoingMessage, PublishFailure, PublishOutcome, Publisher, RetryDecision, RetryPolicy,
-    wire,
+    ConfirmFuture, ExchangeKind, FailureKind, OutgoingMessage, PublishFailure, PublishOutcome, Publisher,
+    RetryDecision, RetryPolicy, wire,
 };
 use sqlx::PgPool;
 use tokio::sync::{Notify, watch};
@@ -48,6 +48,7 @@ pub enum CrashPoint {
 struct Settings {
     relay_id: String,
     batch_size: usize,
+    events_per_entity: usize,
     confirm_window: usize,
     lease: Duration,
     poll_interval: Duration,
@@ -108,6 +109,18 @@ impl<P: Publisher> RelayBuilder<P> {
     #[must_use]
     pub fn batch_size(mut self, n: usize) -> Self {
         self.settings.batch_size = n.max(1);
+        self
+    }
+
+    /// Sets how many consecutive events of one entity a claim takes at most. They go out one
+    /// after the other: each is published as soon as the broker confirmed the one before (never
+    /// earlier), within the batch's confirm timeout; if one is not confirmed, the rest of its
+    /// entity's events in the batch are given back unsent. More than one lets an entity with a
+    /// backlog move several events per claim instead of one per claim-publish-record round.
+    /// Defaults to 4; 1 takes one event per entity per claim.
+    #[must_use]
+    pub fn events_per_entity(mut self, n: usize) -> Self {
+        self.settings.events_per_entity = n.max(1);
         self
     }
 
@@ -356,6 +369,9 @@ pub struct BatchReport {
     pub lost_claims: usize,
     /// Rows given back unpublished because the relay is shutting down.
     pub released: usize,
+    /// Rows given back unsent because an earlier event of their entity in the same batch was not
+    /// confirmed (see [`RelayBuilder::events_per_entity`]).
+    pub held_back: usize,
 }
 
 /// A running relay task.
@@ -470,6 +486,7 @@ impl<P: Publisher> Relay<P> {
             settings: Settings {
                 relay_id: default_relay_id(),
                 batch_size: 500,
+                events_per_entity: 4,
                 confirm_window: 1000,
                 lease: Duration::from_secs(30),
                 poll_interval: Duration::from_secs(1),
@@ -714,13 +731,25 @@ impl<P: Publisher> Relay<P> {
         self.deliver(claimed, token, rx).await
     }
 
+    /// Publishes the rows `which` of a batch (taking their messages out of `outgoing`); returns
+    /// their confirms, tagged with the rows' indexes.
+    async fn send(
+        &self,
+        which: &[usize],
+        outgoing: &mut [Option<OutgoingMessage>],
+    ) -> Vec<impl Future<Output = (usize, PublishOutcome)> + use<P>> {
+        let messages = which.iter().filter_map(|&i| outgoing[i].take()).collect();
+        let confirms = self.shared.publisher.publish(messages).await;
+        which.iter().zip(confirms).map(|(&i, f)| tagged(i, f)).collect()
+    }
+
     /// Claims up to `limit` rows under a new claim token.
     async fn claim(&self, limit: usize) -> Result<(Vec<store::Claimed>, Uuid)> {
         let s = &self.shared.settings;
         let token = Uuid::new_v4();
         let claimed = {
             let _one_at_a_time = self.shared.claiming.lock().await;
-            store::claim(&self.shared.pool, limit, &s.relay_id, token, s.lease).await?
+            store::claim(&self.shared.pool, limit, s.events_per_entity, &s.relay_id, token, s.lease).await?
         };
         metrics::counter!("outbox_relay_claims_total", "found" => if claimed.is_empty() { "none" } else { "rows" })
             .increment(1);
@@ -746,31 +775,51 @@ impl<P: Publisher> Relay<P> {
             return Ok(report);
         }
 
-        let messages: Vec<OutgoingMessage> = claimed
+        // The batch's events per entity, in sequence order: an entity's first event goes out at
+        // once, each later one when the broker confirmed the one before it (G4).
+        let mut outgoing: Vec<Option<OutgoingMessage>> = claimed
             .iter()
-            .map(|c| OutgoingMessage {
-                event_id: c.event.id,
-                exchange: s.exchange.clone(),
-                routing_key: self.shared.routing.routing_key(&c.event),
-                message: wire::encode(&c.event, s.app_id.as_deref()),
+            .map(|c| {
+                Some(OutgoingMessage {
+                    event_id: c.event.id,
+                    exchange: s.exchange.clone(),
+                    routing_key: self.shared.routing.routing_key(&c.event),
+                    message: wire::encode(&c.event, s.app_id.as_deref()),
+                })
             })
             .collect();
-        let confirms = self.shared.publisher.publish(messages).await;
+        let (first, next) = runs(&claimed);
+        let mut pending = FuturesUnordered::new();
+        pending.extend(self.send(&first, &mut outgoing).await);
         #[cfg(feature = "fail-points")]
         self.crash_if(CrashPoint::AfterPublishBeforeConfirm)?;
 
         // Await the confirms until the timeout, or until a hard stop cuts the wait short.
         let mut outcomes: Vec<Option<PublishOutcome>> = vec![None; claimed.len()];
-        let mut pending: FuturesUnordered<_> =
-            confirms.into_iter().enumerate().map(|(i, f)| async move { (i, f.await) }).collect();
         let timeout = tokio::time::sleep(s.confirm_timeout);
         tokio::pin!(timeout);
         let mut cut_short = false;
+        let mut successors = Vec::new();
         while !pending.is_empty() {
+            let mut record = |i: usize, outcome: PublishOutcome| {
+                if matches!(outcome, PublishOutcome::Confirmed)
+                    && let Some(j) = next[i]
+                {
+                    successors.push(j);
+                }
+                outcomes[i] = Some(outcome);
+            };
             tokio::select! {
-                Some((i, outcome)) = pending.next() => outcomes[i] = Some(outcome),
+                Some((i, outcome)) = pending.next() => record(i, outcome),
                 () = &mut timeout => break,
                 _ = hard.wait_for(|h| *h) => { cut_short = true; break; }
+            }
+            // Confirms that arrived together: their successors go out in one publish.
+            while let Some(Some((i, outcome))) = pending.next().now_or_never() {
+                record(i, outcome);
+            }
+            if !successors.is_empty() {
+                pending.extend(self.send(&std::mem::take(&mut successors), &mut outgoing).await);
             }
         }
         drop(pending);
@@ -785,7 +834,8 @@ impl<P: Publisher> Relay<P> {
         let mut published = Vec::new();
         let mut failures = Vec::new();
         let mut released = Vec::new();
-        for (c, outcome) in claimed.iter().zip(outcomes) {
+        let mut unsent = Vec::new();
+        for ((c, outcome), message) in claimed.iter().zip(outcomes).zip(&outgoing) {
             let id = c.event.id;
             let failure = match outcome {
                 Some(PublishOutcome::Confirmed) => {
@@ -795,6 +845,10 @@ impl<P: Publisher> Relay<P> {
                     continue;
                 }
                 Some(PublishOutcome::Failed(f)) => f,
+                None if message.is_some() => {
+                    unsent.push(*id.as_uuid());
+                    continue;
+                }
                 None if cut_short => {
                     released.push(*id.as_uuid());
                     continue;
@@ -829,6 +883,7 @@ impl<P: Publisher> Relay<P> {
         let owned = store::mark_failed(pool, &failures, token).await?;
         report.lost_claims += failures.len() - usize::try_from(owned).unwrap_or(0);
         report.released = usize::try_from(store::release(pool, &released, token).await?).unwrap_or(0);
+        report.held_back = usize::try_from(store::release_unsent(pool, &unsent, token).await?).unwrap_or(0);
 
         metrics::counter!("outbox_published_total").increment(report.published as u64);
         metrics::counter!("outbox_quarantined_total").increment(report.quarantined as u64);
@@ -842,6 +897,34 @@ impl<P: Publisher> Relay<P> {
         tracing::debug!(?report, "outbox.batch");
         Ok(report)
     }
+}
+
+/// The claimed rows as runs of one entity each: the first row of every run (every unordered row is
+/// a run of its own), and for each row the next one of its run, in sequence order.
+fn runs(claimed: &[store::Claimed]) -> (Vec<usize>, Vec<Option<usize>>) {
+    let mut by_entity: std::collections::HashMap<&str, Vec<usize>> = std::collections::HashMap::new();
+    let mut first = Vec::new();
+    for (i, c) in claimed.iter().enumerate() {
+        match &c.event.entity {
+            Some(e) => by_entity.entry(e.key.as_str()).or_default().push(i),
+            None => first.push(i),
+        }
+    }
+    let mut next = vec![None; claimed.len()];
+    for mut run in by_entity.into_values() {
+        run.sort_by_key(|&i| claimed[i].event.entity.as_ref().map(|e| e.seq));
+        first.push(run[0]);
+        for pair in run.windows(2) {
+            next[pair[0]] = Some(pair[1]);
+        }
+    }
+    first.sort_unstable();
+    (first, next)
+}
+
+/// A confirm future tagged with its row's index in the batch.
+fn tagged(i: usize, confirm: ConfirmFuture) -> impl Future<Output = (usize, PublishOutcome)> {
+    confirm.map(move |outcome| (i, outcome))
 }
 
 /// Waits for the first worker that ends with an error (a crash point), or forever.

@@ -28,13 +28,17 @@ pub(crate) struct Claimed {
 /// the claim then took 5 ms for a handful of rows, and the commit-to-arrival latency doubled.
 pub(crate) const SESSION: [(&str, &str); 2] = [("enable_bitmapscan", "off"), ("enable_seqscan", "off")];
 
-/// Claims up to `batch` due rows whose predecessor is done, scanning pending rows in queue
-/// position (commit order per entity), so a head is always seen before its successors.
+/// Claims up to `batch` due rows whose predecessor is done or claimed with them, scanning pending
+/// rows in queue position (commit order per entity), so a head is always seen before its
+/// successors.
 ///
 /// The scan reads the first `$1` (four batches) due pending rows of the queue index that are not
-/// in flight, and keeps the first of them of each entity (every unordered row counts as its own
-/// entity): a later row of an entity waits behind that one, so it cannot be ready and needs no
-/// look at its predecessor. Only these heads have their predecessor looked up, in queue order,
+/// in flight, and keeps of each entity its first row (every unordered row counts as its own
+/// entity) and the rows that directly follow it in sequence, up to `$6` in all: the entity's run.
+/// A row of the run after the first waits behind that one, so it needs no look at its
+/// predecessor: it is ready exactly when its run's head is, and is claimed only together with
+/// every earlier row of its run (a row not due, or locked by another relay's claim, ends the run
+/// there). Only the heads have their predecessor looked up, in queue order,
 /// until `$2` rows to act on (ready, or to defer) are found; the head of an entity in flight is
 /// its first successor, and the lookup finds the predecessor leased. A relay draining many
 /// entities with a full confirm window otherwise looked up the predecessor of every successor in
@@ -44,7 +48,10 @@ pub(crate) const SESSION: [(&str, &str); 2] = [("enable_bitmapscan", "off"), ("e
 ///
 /// Readiness is read from the statement's snapshot without locking (a predecessor that is
 /// published or skipped stays so); only the ready rows are locked, with `SKIP LOCKED`, and
-/// re-checked on their latest version, so two relays never claim the same row.
+/// re-checked on their latest version, so two relays never claim the same row. A row of a run is
+/// kept only if every earlier row of its run was locked too (`nth` equals its rank among the locked
+/// rows of its entity); the batch limit on the lock, in queue order, cuts a run short, never
+/// ahead.
 ///
 /// Rows whose predecessor is quarantined are deferred until an operator acts (`admin` wakes them,
 /// and `RELEASE_HELD` re-checks them periodically); rows whose predecessor waits for a retry are
@@ -62,17 +69,23 @@ WITH scanned AS (
     WHERE e.status = 'pending' AND e.next_attempt_at <= now() AND (e.lease_until IS NULL OR e.lease_until <= now())
     ORDER BY e.position
     LIMIT $1
-), heads AS (
-    SELECT w.tid, w.id, w.entity_key, w.seq FROM (
-        SELECT s.*, row_number() OVER (PARTITION BY s.entity_key COLLATE \"C\" ORDER BY s.position) AS nth
-        FROM scanned s
-    ) w
-    WHERE w.nth = 1 OR w.entity_key IS NULL
-    ORDER BY w.position
+), numbered AS (
+    SELECT s.*,
+           CASE WHEN s.entity_key IS NULL THEN 1
+                ELSE row_number() OVER (PARTITION BY s.entity_key COLLATE \"C\" ORDER BY s.position) END AS nth,
+           first_value(s.seq) OVER (PARTITION BY s.entity_key COLLATE \"C\" ORDER BY s.position) AS first_seq
+    FROM scanned s
+), runs AS (
+    SELECT (array_agg(n.tid) FILTER (WHERE n.nth = 1))[1] AS tid, (array_agg(n.id) FILTER (WHERE n.nth = 1))[1] AS id,
+           n.entity_key, min(n.seq) AS seq, min(n.position) AS position, array_agg(n.tid ORDER BY n.nth) AS tids
+    FROM numbered n
+    WHERE n.entity_key IS NULL OR (n.nth <= $6 AND n.seq = n.first_seq + n.nth - 1)
+    GROUP BY n.entity_key, CASE WHEN n.entity_key IS NULL THEN n.id END
+    ORDER BY min(n.position)
 ), cand AS (
-    SELECT h.tid, h.id, (p.status IS NULL OR p.status IN ('published', 'skipped')) AS ready,
+    SELECT h.id, h.entity_key, h.tids, (p.status IS NULL OR p.status IN ('published', 'skipped')) AS ready,
            p.status AS p_status, p.next_attempt_at AS p_next, p.lease_owner AS p_owner
-    FROM heads h
+    FROM runs h
     LEFT JOIN LATERAL (
         SELECT q.status, q.next_attempt_at, q.lease_owner FROM outbox_events q
         WHERE q.entity_key = h.entity_key AND q.seq = h.seq - 1
@@ -80,13 +93,22 @@ WITH scanned AS (
     WHERE p.status IS NULL OR p.status IN ('published', 'skipped', 'quarantined')
        OR (p.lease_owner IS NULL AND p.next_attempt_at > now())
     LIMIT $2
-), ready AS (
+), pick AS (
+    SELECT t.tid, c.entity_key, t.nth FROM cand c, unnest(c.tids) WITH ORDINALITY AS t(tid, nth) WHERE c.ready
+), locked AS (
     SELECT o.ctid AS tid FROM outbox_events o
-    WHERE o.ctid = ANY(ARRAY(SELECT tid FROM cand WHERE ready))
+    WHERE o.ctid = ANY(ARRAY(SELECT tid FROM pick))
       AND o.status = 'pending' AND o.next_attempt_at <= now() AND (o.lease_until IS NULL OR o.lease_until <= now())
     ORDER BY o.position
     LIMIT $2
     FOR UPDATE SKIP LOCKED
+), ready AS (
+    SELECT x.tid FROM (
+        SELECT p.tid, p.entity_key, p.nth,
+               row_number() OVER (PARTITION BY p.entity_key COLLATE \"C\" ORDER BY p.nth) AS k
+        FROM locked l JOIN pick p ON p.tid = l.tid
+    ) x
+    WHERE x.entity_key IS NULL OR x.nth = x.k
 ), deferred AS (
     UPDATE outbox_events o
     SET next_attempt_at = CASE WHEN cand.p_status = 'quarantined' THEN 'infinity'::timestamptz ELSE cand.p_next END
@@ -135,6 +157,13 @@ WHERE o.id = f.id AND o.claim_token = $6 AND o.status = 'pending'";
 const RELEASE: &str = "\
 UPDATE outbox_events
 SET lease_owner = NULL, claim_token = NULL, lease_until = NULL
+WHERE id = ANY($1) AND claim_token = $2 AND status = 'pending'";
+
+/// Gives back rows that were claimed but never sent (an earlier event of their entity was not
+/// confirmed): the claim's attempt is taken back.
+const RELEASE_UNSENT: &str = "\
+UPDATE outbox_events
+SET lease_owner = NULL, claim_token = NULL, lease_until = NULL, attempts = greatest(attempts - 1, 0)
 WHERE id = ANY($1) AND claim_token = $2 AND status = 'pending'";
 
 /// What to record for a row that was not confirmed.
@@ -201,10 +230,12 @@ fn event_from_row(row: &sqlx::postgres::PgRow) -> Result<Claimed> {
     Ok(Claimed { event, attempts: u32::try_from(attempts).unwrap_or(0), tid: row.try_get("tid")? })
 }
 
-/// Claims due, ready rows under `token`, leased for `lease`.
+/// Claims up to `batch` due, ready rows under `token`, leased for `lease`: for each ready entity up
+/// to `run` consecutive events.
 pub(crate) async fn claim(
     pool: &PgPool,
     batch: usize,
+    run: usize,
     owner: &str,
     token: Uuid,
     lease: Duration,
@@ -216,6 +247,7 @@ pub(crate) async fn claim(
         .bind(owner)
         .bind(token)
         .bind(lease.as_secs_f64())
+        .bind(i64::try_from(run.max(1)).unwrap_or(i64::MAX))
         .fetch_all(pool)
         .await?;
     rows.iter().map(event_from_row).collect()
@@ -258,6 +290,14 @@ pub(crate) async fn release(pool: &PgPool, ids: &[Uuid], token: Uuid) -> Result<
         return Ok(0);
     }
     Ok(sqlx::query(RELEASE).bind(ids).bind(token).execute(pool).await?.rows_affected())
+}
+
+/// Gives back rows that were claimed but never sent, taking back the claim's attempt.
+pub(crate) async fn release_unsent(pool: &PgPool, ids: &[Uuid], token: Uuid) -> Result<u64> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    Ok(sqlx::query(RELEASE_UNSENT).bind(ids).bind(token).execute(pool).await?.rows_affected())
 }
 
 /// Registers `relay_id` as waiting for notifications until `ttl` from now.
@@ -330,6 +370,7 @@ mod tests {
             .bind("relay-a")
             .bind(Uuid::new_v4())
             .bind(30.0_f64)
+            .bind(4_i64)
             .fetch_all(&pool)
             .await
             .expect("explain");
@@ -338,7 +379,7 @@ mod tests {
         assert!(!plan.contains("Bitmap"), "{plan}");
         assert!(!plan.contains("Seq Scan"), "{plan}");
 
-        let claimed = claim(&pool, 500, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim");
+        let claimed = claim(&pool, 500, 1, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim");
         let mut heads: Vec<(String, u64)> = claimed
             .iter()
             .map(|c| c.event.entity.as_ref().map(|e| (e.key.clone(), e.seq)).expect("ordered event"))
@@ -375,7 +416,7 @@ mod tests {
         .expect("fill");
         let pool = relay_session(&db).await;
 
-        let claimed = claim(&pool, 500, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim");
+        let claimed = claim(&pool, 500, 1, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim");
         let mut got: Vec<(String, u64)> = claimed
             .iter()
             .map(|c| c.event.entity.as_ref().map_or_else(|| ("-".to_owned(), 0), |e| (e.key.clone(), e.seq)))
@@ -394,8 +435,70 @@ mod tests {
         assert_eq!(deferred, [("b".to_owned(), 2, true), ("c".to_owned(), 1, false), ("c".to_owned(), 2, false)]);
 
         // Nothing more is ready until a predecessor is done.
-        let again = claim(&pool, 500, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim");
+        let again = claim(&pool, 500, 1, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim");
         assert!(again.is_empty(), "{again:?}");
+        pool.close().await;
+        db.close().await.expect("drop database");
+    }
+
+    /// A claim takes up to `run` consecutive events of each ready entity, and never a later event
+    /// without every earlier one: not past a row that is not due, nor past a row another
+    /// transaction holds locked (an event whose predecessor went to someone else would be
+    /// published before that predecessor is confirmed).
+    #[tokio::test]
+    async fn the_claim_takes_runs_of_consecutive_events_and_never_skips_one() {
+        let db = outbox_testkit::TestDb::new().await.expect("database");
+        // Entities a..f with six events each, interleaved in queue order, and two unordered.
+        sqlx::raw_sql(
+            "INSERT INTO outbox_events (id, event_type, event_version, entity_key, seq, payload, content_type)
+             SELECT gen_random_uuid(), 'order.placed', 1, k, n, '\\x7b7d', 'application/json'
+             FROM generate_series(1, 6) n, unnest(ARRAY['a', 'b', 'c', 'd', 'e', 'f']) k ORDER BY n, k;
+             INSERT INTO outbox_events (id, event_type, event_version, payload, content_type)
+             SELECT gen_random_uuid(), 'audit.logged', 1, '\\x7b7d', 'application/json' FROM generate_series(1, 2);
+             -- a: 1 in flight. b: untouched. c: 1 published (3 locked below). d: 3 waits for a retry.
+             -- e: 1 locked below. f: untouched.
+             UPDATE outbox_events SET lease_owner = 'relay-b', claim_token = gen_random_uuid(), attempts = 1,
+                 lease_until = now() + interval '30 seconds' WHERE entity_key = 'a' AND seq = 1;
+             UPDATE outbox_events SET status = 'published', published_at = now() WHERE entity_key = 'c' AND seq = 1;
+             UPDATE outbox_events SET next_attempt_at = now() + interval '1 hour' WHERE entity_key = 'd' AND seq = 3;",
+        )
+        .execute(db.pool())
+        .await
+        .expect("fill");
+        // Another relay's claim statement, caught while it holds its row locks.
+        let mut other = db.pool().begin().await.expect("begin");
+        sqlx::query(
+            "SELECT 1 FROM outbox_events WHERE (entity_key = 'c' AND seq = 3) OR (entity_key = 'e' AND seq = 1)
+             FOR UPDATE",
+        )
+        .execute(&mut *other)
+        .await
+        .expect("lock");
+        let pool = relay_session(&db).await;
+
+        let claimed = claim(&pool, 500, 4, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim");
+        let mut got: Vec<(String, u64)> = claimed
+            .iter()
+            .map(|c| c.event.entity.as_ref().map_or_else(|| ("-".to_owned(), 0), |e| (e.key.clone(), e.seq)))
+            .collect();
+        got.sort();
+        let expected: Vec<(String, u64)> = [("-", 0), ("-", 0), ("b", 1), ("b", 2), ("b", 3), ("b", 4), ("c", 2)]
+            .into_iter()
+            .chain([("d", 1), ("d", 2), ("f", 1), ("f", 2), ("f", 3), ("f", 4)])
+            .map(|(k, n)| (k.to_owned(), n))
+            .collect();
+        assert_eq!(got, expected);
+
+        // Released by the other transaction, e is ready; a batch limit of three cuts its run to its
+        // first three events. (c's next event waits behind c 2, claimed above.)
+        other.rollback().await.expect("rollback");
+        let claimed = claim(&pool, 3, 4, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim");
+        let mut got: Vec<(String, u64)> = claimed
+            .iter()
+            .map(|c| c.event.entity.as_ref().map(|e| (e.key.clone(), e.seq)).expect("ordered event"))
+            .collect();
+        got.sort();
+        assert_eq!(got, [("e".to_owned(), 1), ("e".to_owned(), 2), ("e".to_owned(), 3)]);
         pool.close().await;
         db.close().await.expect("drop database");
     }
