@@ -177,8 +177,9 @@ impl Target<'_> {
 /// Relay settings other than the defaults, for experiments only (the figures are defined with
 /// default settings): `OUTBOX_BENCH_RELAY_BATCH`, `OUTBOX_BENCH_RELAY_WINDOW`,
 /// `OUTBOX_BENCH_RELAY_PER_ENTITY` and `OUTBOX_BENCH_RELAY_FAST_POLL_US` set `batch_size`,
-/// `confirm_window`, `events_per_entity` and `fast_poll_interval` (in microseconds); `OUTBOX_BENCH_RELAY_DRAIN_ENTITIES` spreads the drained backlog over another
-/// number of entities (see `Plan::new`).
+/// `confirm_window`, `events_per_entity` and `fast_poll_interval` (in microseconds);
+/// `OUTBOX_BENCH_RELAY_DRAIN_ENTITIES` spreads the drained backlog over another number of entities
+/// (see `Plan::new`).
 fn experiment<P: Publisher>(mut relay: outbox_producer::RelayBuilder<P>) -> outbox_producer::RelayBuilder<P> {
     let var = |name| std::env::var(name).ok().and_then(|v| v.parse::<usize>().ok());
     if let Some(n) = var("OUTBOX_BENCH_RELAY_BATCH") {

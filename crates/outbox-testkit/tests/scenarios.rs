@@ -215,16 +215,20 @@ async fn scenario_02_broker_down_event_waits_then_goes_out() {
 #[tokio::test]
 async fn scenario_03_relay_dies_before_publishing() {
     let mut h = start(with_shipping().defer_relay()).await;
-    // 50 orders with 12 versions each: the dead relay holds the heads; 550 successors wait behind
-    // them, more than the restarted relay scans per claim.
+    // 50 orders with 12 versions each: the dead relay holds the heads (and, its batch of 55 not
+    // full with them, the second version of five orders: runs of an entity); 545 successors wait
+    // behind them, more than the restarted relay scans per claim.
     changes(&h, 50, 12).await;
     h.start_relay_with(|b| b.batch_size(55).confirm_window(55).crash_at(CrashPoint::AfterClaim)).await.expect("relay");
     assert!(matches!(h.join_relay().await, Some(Err(ProducerError::Crashed))), "stopped at the crash point");
-    let held: Vec<Uuid> = sqlx::query_scalar("SELECT id FROM outbox_events WHERE lease_owner IS NOT NULL")
-        .fetch_all(h.pool())
-        .await
-        .expect("claims");
-    assert_eq!(held.len(), 50, "the dead relay held the heads of the 50 orders");
+    let held: Vec<(Uuid, i64)> =
+        sqlx::query_as("SELECT id, seq FROM outbox_events WHERE lease_owner IS NOT NULL ORDER BY position")
+            .fetch_all(h.pool())
+            .await
+            .expect("claims");
+    assert_eq!(held.len(), 55, "the dead relay held a full batch");
+    assert_eq!(held.iter().filter(|(_, seq)| *seq == 1).count(), 50, "the dead relay held the heads of the 50 orders");
+    let held: Vec<Uuid> = held.into_iter().map(|(id, _)| id).collect();
 
     // Generous timings for the successor, so that a slow machine cannot add attempts of its own.
     let patient = |b: RelayBuilder<_>| {
