@@ -15,8 +15,8 @@ use std::time::{Duration, SystemTime};
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use outbox_core::{
-    ConfirmFuture, ExchangeKind, FailureKind, OutgoingMessage, PublishFailure, PublishOutcome, Publisher,
-    RetryDecision, RetryPolicy, wire,
+    ExchangeKind, FailureKind, OutgoingMessage, PublishFailure, PublishOutcome, Publisher, RetryDecision, RetryPolicy,
+    wire,
 };
 use sqlx::PgPool;
 use tokio::sync::{Notify, watch};
@@ -740,7 +740,7 @@ impl<P: Publisher> Relay<P> {
     ) -> Vec<impl Future<Output = (usize, PublishOutcome)> + use<P>> {
         let messages = which.iter().filter_map(|&i| outgoing[i].take()).collect();
         let confirms = self.shared.publisher.publish(messages).await;
-        which.iter().zip(confirms).map(|(&i, f)| tagged(i, f)).collect()
+        which.iter().zip(confirms).map(|(&i, f)| f.map(move |outcome| (i, outcome))).collect()
     }
 
     /// Claims up to `limit` rows under a new claim token.
@@ -882,8 +882,8 @@ impl<P: Publisher> Relay<P> {
         report.retried = failures.len() - report.quarantined;
         let owned = store::mark_failed(pool, &failures, token).await?;
         report.lost_claims += failures.len() - usize::try_from(owned).unwrap_or(0);
-        report.released = usize::try_from(store::release(pool, &released, token).await?).unwrap_or(0);
-        report.held_back = usize::try_from(store::release_unsent(pool, &unsent, token).await?).unwrap_or(0);
+        report.released = usize::try_from(store::release(pool, &released, token, false).await?).unwrap_or(0);
+        report.held_back = usize::try_from(store::release(pool, &unsent, token, true).await?).unwrap_or(0);
 
         metrics::counter!("outbox_published_total").increment(report.published as u64);
         metrics::counter!("outbox_quarantined_total").increment(report.quarantined as u64);
@@ -920,11 +920,6 @@ fn runs(claimed: &[store::Claimed]) -> (Vec<usize>, Vec<Option<usize>>) {
     }
     first.sort_unstable();
     (first, next)
-}
-
-/// A confirm future tagged with its row's index in the batch.
-fn tagged(i: usize, confirm: ConfirmFuture) -> impl Future<Output = (usize, PublishOutcome)> {
-    confirm.map(move |outcome| (i, outcome))
 }
 
 /// Waits for the first worker that ends with an error (a crash point), or forever.

@@ -154,16 +154,11 @@ SET status = CASE WHEN f.quarantine THEN 'quarantined' ELSE 'pending' END,
 FROM UNNEST($1::uuid[], $2::bool[], $3::float8[], $4::text[], $5::text[]) AS f(id, quarantine, delay, reason, kind)
 WHERE o.id = f.id AND o.claim_token = $6 AND o.status = 'pending'";
 
+/// Gives rows back; `$3`: they were never sent, so the claim's attempt is taken back.
 const RELEASE: &str = "\
 UPDATE outbox_events
-SET lease_owner = NULL, claim_token = NULL, lease_until = NULL
-WHERE id = ANY($1) AND claim_token = $2 AND status = 'pending'";
-
-/// Gives back rows that were claimed but never sent (an earlier event of their entity was not
-/// confirmed): the claim's attempt is taken back.
-const RELEASE_UNSENT: &str = "\
-UPDATE outbox_events
-SET lease_owner = NULL, claim_token = NULL, lease_until = NULL, attempts = greatest(attempts - 1, 0)
+SET lease_owner = NULL, claim_token = NULL, lease_until = NULL,
+    attempts = CASE WHEN $3 THEN greatest(attempts - 1, 0) ELSE attempts END
 WHERE id = ANY($1) AND claim_token = $2 AND status = 'pending'";
 
 /// What to record for a row that was not confirmed.
@@ -284,20 +279,14 @@ pub(crate) async fn mark_failed(pool: &PgPool, failures: &[Failure], token: Uuid
         .rows_affected())
 }
 
-/// Gives rows back without recording an attempt outcome, so another relay takes them at once.
-pub(crate) async fn release(pool: &PgPool, ids: &[Uuid], token: Uuid) -> Result<u64> {
+/// Gives rows back without recording an attempt outcome, so another relay takes them at once;
+/// `unsent`: they were never sent (an earlier event of their entity was not confirmed), so the
+/// claim's attempt is taken back.
+pub(crate) async fn release(pool: &PgPool, ids: &[Uuid], token: Uuid, unsent: bool) -> Result<u64> {
     if ids.is_empty() {
         return Ok(0);
     }
-    Ok(sqlx::query(RELEASE).bind(ids).bind(token).execute(pool).await?.rows_affected())
-}
-
-/// Gives back rows that were claimed but never sent, taking back the claim's attempt.
-pub(crate) async fn release_unsent(pool: &PgPool, ids: &[Uuid], token: Uuid) -> Result<u64> {
-    if ids.is_empty() {
-        return Ok(0);
-    }
-    Ok(sqlx::query(RELEASE_UNSENT).bind(ids).bind(token).execute(pool).await?.rows_affected())
+    Ok(sqlx::query(RELEASE).bind(ids).bind(token).bind(unsent).execute(pool).await?.rows_affected())
 }
 
 /// Registers `relay_id` as waiting for notifications until `ttl` from now.
@@ -347,6 +336,16 @@ mod tests {
             .expect("relay session")
     }
 
+    /// The claimed rows as sorted (entity, seq) pairs; an unordered row as ("-", 0).
+    fn entity_seqs(claimed: &[Claimed]) -> Vec<(String, u64)> {
+        let mut got: Vec<(String, u64)> = claimed
+            .iter()
+            .map(|c| c.event.entity.as_ref().map_or_else(|| ("-".to_owned(), 0), |e| (e.key.clone(), e.seq)))
+            .collect();
+        got.sort();
+        got
+    }
+
     /// The claim's plan on a table the planner knows nothing about (never analyzed), with the dead
     /// index entries a busy relay leaves behind: an ordered scan of the queue index, no bitmap
     /// scan, no sequential scan; and the claim takes every pending head.
@@ -380,11 +379,7 @@ mod tests {
         assert!(!plan.contains("Seq Scan"), "{plan}");
 
         let claimed = claim(&pool, 500, 1, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim");
-        let mut heads: Vec<(String, u64)> = claimed
-            .iter()
-            .map(|c| c.event.entity.as_ref().map(|e| (e.key.clone(), e.seq)).expect("ordered event"))
-            .collect();
-        heads.sort();
+        let heads = entity_seqs(&claimed);
         let mut expected: Vec<(String, u64)> = (0..50).map(|n| (format!("order-{n}"), 100)).collect();
         expected.sort();
         assert_eq!(heads, expected);
@@ -417,11 +412,7 @@ mod tests {
         let pool = relay_session(&db).await;
 
         let claimed = claim(&pool, 500, 1, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim");
-        let mut got: Vec<(String, u64)> = claimed
-            .iter()
-            .map(|c| c.event.entity.as_ref().map_or_else(|| ("-".to_owned(), 0), |e| (e.key.clone(), e.seq)))
-            .collect();
-        got.sort();
+        let got = entity_seqs(&claimed);
         assert_eq!(got, [("-".to_owned(), 0), ("-".to_owned(), 0), ("d".to_owned(), 2), ("e".to_owned(), 1)]);
 
         // The successors of the quarantined and the retrying event were deferred, nothing else.
@@ -477,11 +468,7 @@ mod tests {
         let pool = relay_session(&db).await;
 
         let claimed = claim(&pool, 500, 4, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim");
-        let mut got: Vec<(String, u64)> = claimed
-            .iter()
-            .map(|c| c.event.entity.as_ref().map_or_else(|| ("-".to_owned(), 0), |e| (e.key.clone(), e.seq)))
-            .collect();
-        got.sort();
+        let got = entity_seqs(&claimed);
         let expected: Vec<(String, u64)> = [("-", 0), ("-", 0), ("b", 1), ("b", 2), ("b", 3), ("b", 4), ("c", 2)]
             .into_iter()
             .chain([("d", 1), ("d", 2), ("f", 1), ("f", 2), ("f", 3), ("f", 4)])
@@ -493,11 +480,7 @@ mod tests {
         // first three events. (c's next event waits behind c 2, claimed above.)
         other.rollback().await.expect("rollback");
         let claimed = claim(&pool, 3, 4, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim");
-        let mut got: Vec<(String, u64)> = claimed
-            .iter()
-            .map(|c| c.event.entity.as_ref().map(|e| (e.key.clone(), e.seq)).expect("ordered event"))
-            .collect();
-        got.sort();
+        let got = entity_seqs(&claimed);
         assert_eq!(got, [("e".to_owned(), 1), ("e".to_owned(), 2), ("e".to_owned(), 3)]);
         pool.close().await;
         db.close().await.expect("drop database");
