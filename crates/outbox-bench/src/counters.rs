@@ -1,15 +1,29 @@
-//! A metrics recorder that keeps the library's counters, so a benchmark can report how much work
-//! (claims, for example) a phase took; gauges and histograms are dropped.
+//! A metrics recorder that keeps the library's counters and histogram samples, so a benchmark can
+//! report how much work (claims, for example) a phase took and where its time went; gauges are
+//! dropped.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
+use metrics::{Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 
 #[derive(Default)]
 struct Counters {
     values: Mutex<HashMap<String, Arc<AtomicU64>>>,
+    histograms: Mutex<HashMap<String, Arc<Samples>>>,
+}
+
+/// Every value a histogram recorded since it was last taken.
+#[derive(Default)]
+struct Samples(Mutex<Vec<f64>>);
+
+impl HistogramFn for Samples {
+    fn record(&self, value: f64) {
+        if let Ok(mut v) = self.0.lock() {
+            v.push(value);
+        }
+    }
 }
 
 static COUNTERS: OnceLock<&'static Counters> = OnceLock::new();
@@ -30,6 +44,15 @@ pub(crate) fn get(name: &str) -> u64 {
         .get()
         .and_then(|c| c.values.lock().ok().and_then(|v| v.get(name).map(|a| a.load(Ordering::Relaxed))))
         .unwrap_or(0)
+}
+
+/// Takes the values a histogram (named like a counter in [`get`]) recorded since the last take.
+pub(crate) fn take_samples(name: &str) -> Vec<f64> {
+    COUNTERS
+        .get()
+        .and_then(|c| c.histograms.lock().ok().and_then(|h| h.get(name).cloned()))
+        .and_then(|s| s.0.lock().ok().map(|mut v| std::mem::take(&mut *v)))
+        .unwrap_or_default()
 }
 
 fn key_name(key: &Key) -> String {
@@ -53,8 +76,11 @@ impl Recorder for Counters {
         Gauge::noop()
     }
 
-    fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
-        Histogram::noop()
+    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+        let Ok(mut histograms) = self.histograms.lock() else {
+            return Histogram::noop();
+        };
+        Histogram::from_arc(histograms.entry(key_name(key)).or_default().clone())
     }
 }
 
@@ -71,5 +97,14 @@ mod tests {
         assert_eq!(get("bench_test_total{found=\"rows\"}"), 3);
         assert_eq!(get("bench_test_total{found=\"none\"}"), 5);
         assert_eq!(get("bench_test_total"), 0);
+    }
+
+    #[test]
+    fn histogram_samples_are_taken_once() {
+        install();
+        metrics::histogram!("bench_test_seconds").record(0.5);
+        metrics::histogram!("bench_test_seconds").record(1.5);
+        assert_eq!(take_samples("bench_test_seconds"), vec![0.5, 1.5]);
+        assert!(take_samples("bench_test_seconds").is_empty());
     }
 }

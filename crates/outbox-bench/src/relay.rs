@@ -705,6 +705,9 @@ async fn measure_latency(db: &TestDb, target: Target<'_>, plan: Plan) -> Result<
         (rows, rows + crate::counters::get("outbox_relay_claims_total{found=\"none\"}"))
     };
     let claims_before = claims();
+    for (name, _) in RELAY_STAGES {
+        crate::counters::take_samples(name);
+    }
     let arrivals = Arrivals::start(target, u64::MAX, true).await?;
     let outcome = async {
         let relay = InProcess::start(db, target).await?;
@@ -758,6 +761,18 @@ async fn measure_latency(db: &TestDb, target: Target<'_>, plan: Plan) -> Result<
         "latency: {all} claims ({with_rows} found rows), {:.2} claims per event committed",
         all as f64 / commits.len().max(1) as f64
     ));
+    for (name, what) in RELAY_STAGES {
+        let mut took: Vec<f64> = crate::counters::take_samples(name).into_iter().map(|s| s * 1e3).collect();
+        took.sort_by(f64::total_cmp);
+        if let Some(max) = took.last() {
+            comment(format_args!(
+                "latency: {what} (whole phase, {} samples): p50 {:.2} ms, p99 {:.2} ms, max {max:.2} ms",
+                took.len(),
+                percentile(&took, 0.50),
+                percentile(&took, 0.99),
+            ));
+        }
+    }
     Ok(Latency {
         offered,
         samples: latencies.len() as u64,
@@ -766,6 +781,15 @@ async fn measure_latency(db: &TestDb, target: Target<'_>, plan: Plan) -> Result<
         max: latencies.last().copied().unwrap_or(0.0),
     })
 }
+
+/// The relay's histograms that show where an event's time goes, and what each measures.
+const RELAY_STAGES: [(&str, &str); 5] = [
+    ("outbox_event_age_at_claim_seconds", "event age when claimed"),
+    ("outbox_relay_claim_seconds", "claim statement"),
+    ("outbox_publish_to_confirm_seconds", "publish to confirm"),
+    ("outbox_relay_record_seconds", "recording a batch's outcomes"),
+    ("outbox_commit_to_confirm_seconds", "event age when confirmed"),
+];
 
 /// Nearest-rank percentile of sorted values.
 fn percentile(sorted: &[f64], p: f64) -> f64 {

@@ -10,7 +10,7 @@ mod store;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
@@ -739,8 +739,18 @@ impl<P: Publisher> Relay<P> {
         outgoing: &mut [Option<OutgoingMessage>],
     ) -> Vec<impl Future<Output = (usize, PublishOutcome)> + use<P>> {
         let messages = which.iter().filter_map(|&i| outgoing[i].take()).collect();
+        let sent = Instant::now();
         let confirms = self.shared.publisher.publish(messages).await;
-        which.iter().zip(confirms).map(|(&i, f)| f.map(move |outcome| (i, outcome))).collect()
+        which
+            .iter()
+            .zip(confirms)
+            .map(|(&i, f)| {
+                f.map(move |outcome| {
+                    metrics::histogram!("outbox_publish_to_confirm_seconds").record(sent.elapsed().as_secs_f64());
+                    (i, outcome)
+                })
+            })
+            .collect()
     }
 
     /// Claims up to `limit` rows under a new claim token.
@@ -749,10 +759,19 @@ impl<P: Publisher> Relay<P> {
         let token = Uuid::new_v4();
         let claimed = {
             let _one_at_a_time = self.shared.claiming.lock().await;
-            store::claim(&self.shared.pool, limit, s.events_per_entity, &s.relay_id, token, s.lease).await?
+            let started = Instant::now();
+            let claimed =
+                store::claim(&self.shared.pool, limit, s.events_per_entity, &s.relay_id, token, s.lease).await?;
+            metrics::histogram!("outbox_relay_claim_seconds").record(started.elapsed().as_secs_f64());
+            claimed
         };
         metrics::counter!("outbox_relay_claims_total", "found" => if claimed.is_empty() { "none" } else { "rows" })
             .increment(1);
+        let now = SystemTime::now();
+        for c in &claimed {
+            metrics::histogram!("outbox_event_age_at_claim_seconds")
+                .record(now.duration_since(c.event.created_at).unwrap_or_default().as_secs_f64());
+        }
         #[cfg(feature = "fail-points")]
         if !claimed.is_empty() {
             self.crash_if(CrashPoint::AfterClaim)?;
@@ -870,6 +889,7 @@ impl<P: Publisher> Relay<P> {
             failures.push(store::Failure { id, quarantine, delay, reason, kind: failure.kind });
         }
 
+        let recording = Instant::now();
         let owned = store::mark_published(pool, &published, token).await?;
         report.published = published.len();
         report.lost_claims += published.len() - usize::try_from(owned).unwrap_or(0);
@@ -884,6 +904,7 @@ impl<P: Publisher> Relay<P> {
         report.lost_claims += failures.len() - usize::try_from(owned).unwrap_or(0);
         report.released = usize::try_from(store::release(pool, &released, token, false).await?).unwrap_or(0);
         report.held_back = usize::try_from(store::release(pool, &unsent, token, true).await?).unwrap_or(0);
+        metrics::histogram!("outbox_relay_record_seconds").record(recording.elapsed().as_secs_f64());
 
         metrics::counter!("outbox_published_total").increment(report.published as u64);
         metrics::counter!("outbox_quarantined_total").increment(report.quarantined as u64);
