@@ -129,6 +129,26 @@ async fn deliveries_3_1_2_are_applied_as_1_2_3_and_the_parked_one_needs_no_redel
 }
 
 #[tokio::test]
+async fn a_chain_of_parked_events_is_applied_up_to_its_first_hole() {
+    let db = TestDb::new().await.expect("db");
+    effects_table(db.pool()).await;
+    let mut svc = InboxLayer::new(db.pool().clone(), "shipping").layer(tower::service_fn(apply));
+    for seq in [6, 3, 5, 2] {
+        assert_eq!(svc.call(event(Some(("c", seq)), 0)).await.expect("parks"), Outcome::Parked, "{seq} parks");
+    }
+    assert_eq!(
+        svc.call(event(Some(("c", 1)), 0)).await.expect("1"),
+        Outcome::Applied { successors: 2 },
+        "2, 3; 4 is missing"
+    );
+    assert_eq!(effects(db.pool(), "c").await, [1, 2, 3]);
+    assert_eq!(svc.call(event(Some(("c", 4)), 0)).await.expect("4"), Outcome::Applied { successors: 2 }, "5, 6");
+    assert_eq!(effects(db.pool(), "c").await, [1, 2, 3, 4, 5, 6]);
+    assert_eq!(svc.call(event(Some(("c", 7)), 0)).await.expect("7"), Outcome::Applied { successors: 0 });
+    db.close().await.expect("cleanup");
+}
+
+#[tokio::test]
 async fn consumers_are_scoped_by_name_in_one_database() {
     let db = TestDb::new().await.expect("db");
     effects_table(db.pool()).await;

@@ -178,13 +178,15 @@ where
         }
         let request = self.run_or_record(inner, event, tx).await?;
         let (event, mut tx) = request.into_parts();
+        let mut next_parked = false;
         if let Some(entity) = &event.entity {
-            store::advance(&mut tx, consumer, &entity.key, i64::try_from(entity.seq).unwrap_or(i64::MAX)).await?;
+            next_parked =
+                store::advance(&mut tx, consumer, &entity.key, i64::try_from(entity.seq).unwrap_or(i64::MAX)).await?;
         }
         tx.commit().await?;
         let successors = match &event.entity {
-            Some(entity) => self.apply_parked(inner, &entity.key).await,
-            None => 0,
+            Some(entity) if next_parked => self.apply_parked(inner, &entity.key).await,
+            _ => 0,
         };
         Ok(Outcome::Applied { successors })
     }
@@ -196,8 +198,13 @@ where
         let mut applied = 0;
         loop {
             match self.apply_next_parked(inner, key).await {
-                Ok(true) => applied += 1,
-                Ok(false) => return applied,
+                Ok(Some(next_parked)) => {
+                    applied += 1;
+                    if !next_parked {
+                        return applied;
+                    }
+                }
+                Ok(None) => return applied,
                 Err(e) => {
                     tracing::warn!(entity = %key, error = %e, "inbox.parked_failed");
                     return applied;
@@ -206,23 +213,25 @@ where
         }
     }
 
-    async fn apply_next_parked(&self, inner: &mut S, key: &str) -> Result<bool> {
+    /// Applies the entity's next event if it is parked; returns `None` if it is not, or whether the
+    /// one after it is parked too.
+    async fn apply_next_parked(&self, inner: &mut S, key: &str) -> Result<Option<bool>> {
         let consumer = &*self.consumer;
         let mut tx = self.pool.begin().await?;
         let last = store::lock_entity(&mut tx, consumer, key, 0).await?;
         let Some(event) = store::parked_at(&mut tx, consumer, key, last + 1).await? else {
             tx.rollback().await?;
-            return Ok(false);
+            return Ok(None);
         };
         store::mark_processed(&mut tx, consumer, event.id).await?;
         let request = self.run_or_record(inner, event, tx).await?;
         let (event, mut tx) = request.into_parts();
-        store::advance(&mut tx, consumer, key, last + 1).await?;
+        let next_parked = store::advance(&mut tx, consumer, key, last + 1).await?;
         tx.commit().await?;
         metrics::counter!("inbox_events_total", "consumer" => consumer.to_owned(), "outcome" => "applied_from_parking")
             .increment(1);
         tracing::debug!(event_id = %event.id, entity = %key, seq = last + 1, "inbox.unparked");
-        Ok(true)
+        Ok(Some(next_parked))
     }
 
     /// Applies parked events whose gap has filled but which were not applied yet (after a handler

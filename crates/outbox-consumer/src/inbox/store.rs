@@ -25,14 +25,22 @@ pub(crate) async fn lock_entity(conn: &mut PgConnection, consumer: &str, key: &s
     .await?)
 }
 
-pub(crate) async fn advance(conn: &mut PgConnection, consumer: &str, key: &str, seq: i64) -> Result<()> {
-    sqlx::query("UPDATE inbox_entities SET last_seq = $3, updated_at = now() WHERE consumer = $1 AND entity_key = $2")
-        .bind(consumer)
-        .bind(key)
-        .bind(seq)
-        .execute(conn)
-        .await?;
-    Ok(())
+/// Moves the entity (locked by [`lock_entity`]) to `seq`; returns whether its next event is
+/// parked, waiting to be applied. Nothing can park for the entity while its row is locked, and
+/// anything parked before was committed before the lock was taken, so `false` is final: the caller
+/// need not look for parked successors (the sweeper covers a crash in between).
+pub(crate) async fn advance(conn: &mut PgConnection, consumer: &str, key: &str, seq: i64) -> Result<bool> {
+    let next_parked: Option<bool> = sqlx::query_scalar(
+        "UPDATE inbox_entities SET last_seq = $3, updated_at = now() WHERE consumer = $1 AND entity_key = $2
+         RETURNING EXISTS (SELECT 1 FROM inbox_events p
+                           WHERE p.consumer = $1 AND p.entity_key = $2 AND p.seq = $3 + 1 AND p.status = 'parked')",
+    )
+    .bind(consumer)
+    .bind(key)
+    .bind(seq)
+    .fetch_optional(conn)
+    .await?;
+    Ok(next_parked.unwrap_or(false))
 }
 
 fn seq_of(event: &Event) -> Option<i64> {
