@@ -149,16 +149,12 @@ where
     async fn handle(&self, inner: &mut S, event: Event) -> Result<Outcome> {
         let consumer = &*self.consumer;
         let mut tx = self.pool.begin().await?;
-        let mut last = None;
-        if let Some(entity) = &event.entity {
-            let seq = i64::try_from(entity.seq).unwrap_or(i64::MAX);
-            let initial = match self.start {
-                StartPolicy::FromFirst => 0,
-                StartPolicy::FromFirstSeen => seq - 1,
-            };
-            last = Some(store::lock_entity(&mut tx, consumer, &entity.key, initial).await?);
-        }
-        if !store::insert_seen(&mut tx, consumer, &event).await? {
+        let initial = match (&event.entity, self.start) {
+            (Some(entity), StartPolicy::FromFirstSeen) => i64::try_from(entity.seq).unwrap_or(i64::MAX) - 1,
+            _ => 0,
+        };
+        let (last, fresh) = store::admit(&mut tx, consumer, &event, initial).await?;
+        if !fresh {
             tx.rollback().await?;
             return Ok(Outcome::Duplicate);
         }

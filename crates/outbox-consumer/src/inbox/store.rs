@@ -47,20 +47,36 @@ fn seq_of(event: &Event) -> Option<i64> {
     event.entity.as_ref().map(|e| i64::try_from(e.seq).unwrap_or(i64::MAX))
 }
 
-/// Records the event as processed; `false` if the consumer had already seen this event id.
-pub(crate) async fn insert_seen(conn: &mut PgConnection, consumer: &str, event: &Event) -> Result<bool> {
-    let inserted: Option<i32> = sqlx::query_scalar(
-        "INSERT INTO inbox_events (consumer, event_id, entity_key, seq, status, attempts, processed_at)
-         VALUES ($1, $2, $3, $4, 'processed', 1, now())
-         ON CONFLICT (consumer, event_id) DO NOTHING RETURNING 1",
+/// Admits a delivery in one statement: locks its entity's row as [`lock_entity`] does (creating
+/// it at `initial`), and records the event as processed unless the consumer has seen its id.
+/// Returns the entity's last applied sequence and whether the event id is new. The entity is
+/// locked first, as everywhere else, so two deliveries of one entity cannot deadlock.
+pub(crate) async fn admit(
+    conn: &mut PgConnection,
+    consumer: &str,
+    event: &Event,
+    initial: i64,
+) -> Result<(Option<i64>, bool)> {
+    let row = sqlx::query(
+        "WITH entity AS (
+             INSERT INTO inbox_entities (consumer, entity_key, last_seq) SELECT $1, $3, $5 WHERE $3 IS NOT NULL
+             ON CONFLICT (consumer, entity_key) DO UPDATE SET last_seq = inbox_entities.last_seq
+             RETURNING last_seq
+         ), seen AS (
+             INSERT INTO inbox_events (consumer, event_id, entity_key, seq, status, attempts, processed_at)
+             VALUES ($1, $2, $3, $4, 'processed', 1, now())
+             ON CONFLICT (consumer, event_id) DO NOTHING RETURNING 1
+         )
+         SELECT (SELECT last_seq FROM entity) AS last, EXISTS (SELECT 1 FROM seen) AS fresh",
     )
     .bind(consumer)
     .bind(event.id.as_uuid())
     .bind(event.entity.as_ref().map(|e| e.key.as_str()))
     .bind(seq_of(event))
-    .fetch_optional(conn)
+    .bind(initial)
+    .fetch_one(conn)
     .await?;
-    Ok(inserted.is_some())
+    Ok((row.try_get("last")?, row.try_get("fresh")?))
 }
 
 pub(crate) async fn mark_stale(conn: &mut PgConnection, consumer: &str, id: EventId, last: i64) -> Result<()> {
