@@ -73,6 +73,10 @@ pub enum Error {
     /// A stored (parked) event does not hold what the schema promises.
     #[error("corrupt inbox row {0}: {1}")]
     CorruptRow(uuid::Uuid, &'static str),
+    /// [`InboxService::call_batch`](crate::InboxService::call_batch) was given two events with
+    /// one id or one entity; nothing was written.
+    #[error("a batch must not hold two events with one {0}")]
+    InvalidBatch(&'static str),
 }
 
 impl Error {
@@ -83,7 +87,7 @@ impl Error {
                 HandlerErrorKind::Permanent => FailureKind::Contract,
                 HandlerErrorKind::Transient => FailureKind::Transient,
             },
-            Self::CorruptRow(..) => FailureKind::Contract,
+            Self::CorruptRow(..) | Self::InvalidBatch(_) => FailureKind::Contract,
             Self::Panicked | Self::Database(_) | Self::Layer(_) | Self::Amqp(_) => FailureKind::Transient,
         }
     }

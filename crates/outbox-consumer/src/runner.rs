@@ -1,13 +1,13 @@
 //! The AMQP consumer loop around an [`InboxService`]: prefetch, bounded concurrency, ack after
 //! commit only, backoff on transient failures, dead-lettering, reconnection, graceful shutdown.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use futures::StreamExt;
 use futures::stream::SelectAll;
+use futures::{FutureExt, StreamExt};
 use lapin::message::Delivery;
 use lapin::options::{
     BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions,
@@ -15,7 +15,7 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, Consumer};
-use outbox_core::{EventId, FailureKind, RetryDecision, RetryPolicy};
+use outbox_core::{Event, EventId, FailureKind, RetryDecision, RetryPolicy};
 use tokio::sync::{Semaphore, watch};
 use tower::Service;
 
@@ -93,6 +93,7 @@ pub struct InboxRunnerBuilder<S> {
     dead_letter_exchange: Option<String>,
     prefetch: u16,
     concurrency: usize,
+    batch_size: usize,
     retry: RetryPolicy,
     limits: DeliveryLimits,
     sweep_interval: Duration,
@@ -145,10 +146,22 @@ impl<S> InboxRunnerBuilder<S> {
         self
     }
 
-    /// Sets how many deliveries are handled at once. Defaults to 16.
+    /// Sets how many transactions (each a batch of deliveries, see
+    /// [`InboxRunnerBuilder::batch_size`]) are handled at once. Defaults to 16.
     #[must_use]
     pub fn concurrency(mut self, n: usize) -> Self {
         self.concurrency = n.max(1);
+        self
+    }
+
+    /// Sets how many deliveries at most share one transaction. The runner takes what the broker
+    /// has already sent, without waiting for more: deliveries with distinct event ids and entities
+    /// are handled together by [`InboxService::call_batch`] and acked after its one commit; if any
+    /// of them fails, the batch is rolled back and each is handled on its own, as with a batch
+    /// size of 1. Defaults to 16.
+    #[must_use]
+    pub fn batch_size(mut self, n: usize) -> Self {
+        self.batch_size = n.max(1);
         self
     }
 
@@ -208,6 +221,7 @@ impl<S> InboxRunnerBuilder<S> {
                 dead_letter_exchange: dlx,
                 prefetch: self.prefetch,
                 concurrency: self.concurrency,
+                batch_size: self.batch_size,
                 retry: self.retry,
                 limits: self.limits,
                 sweep_interval: self.sweep_interval,
@@ -230,6 +244,7 @@ struct Shared<S> {
     dead_letter_exchange: String,
     prefetch: u16,
     concurrency: usize,
+    batch_size: usize,
     retry: RetryPolicy,
     limits: DeliveryLimits,
     sweep_interval: Duration,
@@ -345,6 +360,7 @@ where
             dead_letter_exchange: None,
             prefetch: 64,
             concurrency: 16,
+            batch_size: 16,
             retry: RetryPolicy::default()
                 .initial_delay(Duration::from_millis(200))
                 .max_delay(Duration::from_secs(10))
@@ -446,14 +462,34 @@ where
                 next = streams.next() => match next {
                     Some(Ok(delivery)) => {
                         let permit = permits.clone().acquire_owned().await.map_err(|_| Error::Amqp("semaphore closed".to_owned()))?;
+                        // With the permit in hand, take what else the broker has sent meanwhile.
+                        let mut batch = vec![delivery];
+                        let mut ended = false;
+                        while batch.len() < s.batch_size {
+                            match streams.next().now_or_never() {
+                                Some(Some(Ok(delivery))) => batch.push(delivery),
+                                Some(Some(Err(e))) => {
+                                    tracing::warn!(error = %e, "delivery stream failed");
+                                    ended = true;
+                                    break;
+                                }
+                                Some(None) => {
+                                    ended = true;
+                                    break;
+                                }
+                                None => break,
+                            }
+                        }
                         let this = self.shared.clone();
                         let dead_letters = dead_letters.clone();
-                        let queue = queue_of(&s.queues, &delivery);
                         tasks.spawn(async move {
-                            let r = this.handle(delivery, &dead_letters, &queue).await;
+                            let r = this.handle_batch(batch, &dead_letters).await;
                             drop(permit);
                             r
                         });
+                        if ended {
+                            break false;
+                        }
                     }
                     Some(Err(e)) => {
                         tracing::warn!(error = %e, "delivery stream failed");
@@ -479,6 +515,34 @@ where
     }
 }
 
+/// Splits events (with their delivery index) into groups without a repeated event id or entity,
+/// in delivery order: each event joins the first group after the last one that holds its id or
+/// its entity, so the events of one entity keep their order from group to group.
+fn distinct_groups(events: Vec<(usize, Event)>) -> Vec<Vec<(usize, Event)>> {
+    #[derive(Default)]
+    struct Group {
+        ids: HashSet<EventId>,
+        keys: HashSet<String>,
+        members: Vec<(usize, Event)>,
+    }
+    let mut groups: Vec<Group> = Vec::new();
+    for (i, event) in events {
+        let key = event.entity.as_ref().map(|e| e.key.clone());
+        let after = groups
+            .iter()
+            .rposition(|g| g.ids.contains(&event.id) || key.as_ref().is_some_and(|k| g.keys.contains(k)))
+            .map_or(0, |g| g + 1);
+        if after == groups.len() {
+            groups.push(Group::default());
+        }
+        let group = &mut groups[after];
+        group.ids.insert(event.id);
+        group.keys.extend(key);
+        group.members.push((i, event));
+    }
+    groups.into_iter().map(|g| g.members).collect()
+}
+
 fn queue_of(queues: &[String], delivery: &Delivery) -> String {
     // The routing key does not name the queue; with one queue it is that one, with partitions the
     // dead letter names the partition routing key instead.
@@ -491,15 +555,55 @@ where
     S::Error: Into<tower::BoxError>,
     S::Future: Send,
 {
-    async fn handle(&self, delivery: Delivery, dead_letters: &Channel, queue: &str) -> Result<()> {
-        let verdict = match decode_delivery(&delivery.properties, &delivery.data, &self.limits) {
-            Err(e) => {
-                tracing::warn!(reason = e.code(), detail = %e, "inbox.bad_delivery");
-                metrics::counter!("inbox_bad_deliveries_total", "reason" => e.code()).increment(1);
-                Verdict::DeadLetter { reason: e.code(), detail: e.to_string() }
+    /// Handles deliveries taken together: those that decode are applied in batches of distinct
+    /// event ids and entities ([`InboxService::call_batch`], in delivery order; a delivery that
+    /// repeats an id or an entity goes to a later batch), each batch that fails is applied one
+    /// delivery at a time, and then every delivery is acked, requeued or dead-lettered.
+    async fn handle_batch(&self, deliveries: Vec<Delivery>, dead_letters: &Channel) -> Result<()> {
+        let mut verdicts: Vec<Option<Verdict>> = deliveries.iter().map(|_| None).collect();
+        let mut events = Vec::new();
+        for (i, delivery) in deliveries.iter().enumerate() {
+            match decode_delivery(&delivery.properties, &delivery.data, &self.limits) {
+                Err(e) => {
+                    tracing::warn!(reason = e.code(), detail = %e, "inbox.bad_delivery");
+                    metrics::counter!("inbox_bad_deliveries_total", "reason" => e.code()).increment(1);
+                    verdicts[i] = Some(Verdict::DeadLetter { reason: e.code(), detail: e.to_string() });
+                }
+                Ok(event) => events.push((i, event)),
             }
-            Ok(event) => self.apply(event).await?,
-        };
+        }
+        for group in distinct_groups(events) {
+            if group.len() > 1 {
+                let batch = group.iter().map(|(_, e)| e.clone()).collect();
+                match self.service.call_batch(batch).await {
+                    Ok(outcomes) => {
+                        for ((i, event), outcome) in group.iter().zip(outcomes) {
+                            self.forget(event.id);
+                            self.count(outcome);
+                            verdicts[*i] = Some(Verdict::Ack);
+                        }
+                        continue;
+                    }
+                    Err(e) => tracing::debug!(error = %e, size = group.len(), "inbox.batch_failed; one at a time"),
+                }
+            }
+            for (i, event) in group {
+                verdicts[i] = Some(self.apply(event).await?);
+            }
+        }
+        let finishing = deliveries.into_iter().zip(verdicts).map(|(delivery, verdict)| async move {
+            let queue = queue_of(&self.queues, &delivery);
+            match verdict {
+                Some(verdict) => self.finish(delivery, verdict, dead_letters, &queue).await,
+                None => Ok(()),
+            }
+        });
+        futures::future::try_join_all(finishing).await?;
+        Ok(())
+    }
+
+    /// Acks, requeues or dead-letters a delivery as its verdict says.
+    async fn finish(&self, delivery: Delivery, verdict: Verdict, dead_letters: &Channel, queue: &str) -> Result<()> {
         match verdict {
             Verdict::Ack => {
                 #[cfg(feature = "fail-points")]
@@ -537,13 +641,7 @@ where
         match service.call(event).await {
             Ok(outcome) => {
                 self.forget(id);
-                let c = &self.counters;
-                Counters::bump(match outcome {
-                    crate::Outcome::Duplicate => &c.duplicates,
-                    crate::Outcome::Stale => &c.stale,
-                    crate::Outcome::Parked => &c.parked,
-                    _ => &c.applied,
-                });
+                self.count(outcome);
                 Ok(Verdict::Ack)
             }
             Err(e) if e.is_retryable() => {
@@ -572,6 +670,16 @@ where
                 Ok(Verdict::DeadLetter { reason: "handler_failed", detail: e.to_string() })
             }
         }
+    }
+
+    fn count(&self, outcome: crate::Outcome) {
+        let c = &self.counters;
+        Counters::bump(match outcome {
+            crate::Outcome::Duplicate => &c.duplicates,
+            crate::Outcome::Stale => &c.stale,
+            crate::Outcome::Parked => &c.parked,
+            _ => &c.applied,
+        });
     }
 
     fn bump(&self, id: EventId) -> u32 {
@@ -617,5 +725,48 @@ where
         Counters::bump(&self.counters.dead_lettered);
         tracing::warn!(reason, queue, message_id = ?delivery.properties.message_id().as_ref().map(|m| m.as_str()), "inbox.dead_lettered");
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use outbox_core::{Entity, Headers, Payload};
+
+    fn event(id: u128, entity: Option<(&str, u64)>) -> Event {
+        Event {
+            id: EventId::from_uuid(uuid::Uuid::from_u128(id)),
+            event_type: "t".to_owned(),
+            event_version: 1,
+            entity: entity.map(|(key, seq)| Entity { key: key.to_owned(), seq }),
+            payload: Payload::new(b"{}".to_vec(), "application/json"),
+            correlation_id: None,
+            causation_id: None,
+            traceparent: None,
+            headers: Headers::new(),
+            created_at: SystemTime::UNIX_EPOCH,
+        }
+    }
+
+    fn shape(groups: &[Vec<(usize, Event)>]) -> Vec<Vec<usize>> {
+        groups.iter().map(|g| g.iter().map(|(i, _)| *i).collect()).collect()
+    }
+
+    #[test]
+    fn groups_never_repeat_an_id_or_an_entity_and_keep_each_entitys_order() {
+        let events = vec![
+            (0, event(1, Some(("a", 1)))),
+            (1, event(2, Some(("b", 1)))),
+            (2, event(3, Some(("a", 2)))),
+            (3, event(4, None)),
+            (4, event(4, None)),
+            (5, event(5, Some(("c", 1)))),
+            (6, event(6, Some(("a", 3)))),
+            (7, event(7, Some(("b", 2)))),
+        ];
+        // a2 after a1, a3 after a2; the repeated id 4 goes after its first delivery; c joins the
+        // first group; b2 follows b1 in the second group.
+        assert_eq!(shape(&distinct_groups(events)), [vec![0, 1, 3, 5], vec![2, 4, 7], vec![6]]);
+        assert!(distinct_groups(Vec::new()).is_empty());
     }
 }

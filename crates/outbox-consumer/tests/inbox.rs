@@ -404,3 +404,95 @@ async fn start_policy_decides_where_a_late_consumer_starts() {
     assert_eq!(effects(db.pool(), "late").await, [7, 8]);
     db.close().await.expect("cleanup");
 }
+
+async fn inbox_rows(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM inbox_events").fetch_one(pool).await.expect("count")
+}
+
+#[tokio::test]
+async fn a_batch_gives_each_event_the_outcome_of_a_single_delivery_in_one_commit() {
+    let db = TestDb::new().await.expect("db");
+    effects_table(db.pool()).await;
+    let mut svc = InboxLayer::new(db.pool().clone(), "shipping").layer(tower::service_fn(apply));
+    let unordered = event(None, 1);
+    assert_eq!(svc.call(unordered.clone()).await.expect("u"), Outcome::Applied { successors: 0 });
+    assert_eq!(svc.call(event(Some(("a", 1)), 1)).await.expect("a1"), Outcome::Applied { successors: 0 });
+    assert_eq!(svc.call(event(Some(("s", 1)), 1)).await.expect("s1"), Outcome::Applied { successors: 0 });
+    assert_eq!(svc.call(event(Some(("s", 2)), 2)).await.expect("s2"), Outcome::Applied { successors: 0 });
+    // c waits for its 1: its 2 and 3 are parked.
+    assert_eq!(svc.call(event(Some(("c", 3)), 3)).await.expect("c3"), Outcome::Parked);
+    assert_eq!(svc.call(event(Some(("c", 2)), 2)).await.expect("c2"), Outcome::Parked);
+
+    let batch = vec![
+        event(Some(("a", 2)), 2),  // next: applied
+        unordered,                 // seen: duplicate
+        event(Some(("b", 1)), 1),  // new entity: applied
+        event(Some(("p", 3)), 3),  // ahead of 1 and 2: parked
+        event(Some(("s", 2)), 22), // a new id for an applied sequence: stale
+        event(None, 2),            // unordered, new: applied
+        event(Some(("c", 1)), 1),  // next, and frees the parked 2 and 3
+    ];
+    let outcomes = svc.call_batch(batch).await.expect("batch");
+    assert_eq!(
+        outcomes,
+        [
+            Outcome::Applied { successors: 0 },
+            Outcome::Duplicate,
+            Outcome::Applied { successors: 0 },
+            Outcome::Parked,
+            Outcome::Stale,
+            Outcome::Applied { successors: 0 },
+            Outcome::Applied { successors: 2 },
+        ]
+    );
+    assert_eq!(effects(db.pool(), "a").await, [1, 2]);
+    assert_eq!(effects(db.pool(), "b").await, [1]);
+    assert_eq!(effects(db.pool(), "s").await, [1, 2], "the stale one is not applied");
+    assert_eq!(effects(db.pool(), "c").await, [1, 2, 3]);
+    assert!(effects(db.pool(), "p").await.is_empty());
+    let unordered: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM effects WHERE entity IS NULL").fetch_one(db.pool()).await.expect("u");
+    assert_eq!(unordered, 2, "each unordered event once");
+    // The batch's events are recorded like single deliveries: redelivered one at a time, each is a
+    // duplicate.
+    assert_eq!(svc.call(event(Some(("p", 1)), 1)).await.expect("p1"), Outcome::Applied { successors: 0 });
+    assert_eq!(svc.call(event(Some(("p", 2)), 2)).await.expect("p2"), Outcome::Applied { successors: 1 });
+    assert_eq!(effects(db.pool(), "p").await, [1, 2, 3]);
+    db.close().await.expect("cleanup");
+}
+
+#[tokio::test]
+async fn a_failing_handler_rolls_back_the_whole_batch_and_each_event_can_then_go_alone() {
+    let db = TestDb::new().await.expect("db");
+    effects_table(db.pool()).await;
+    let fail = Arc::new(AtomicBool::new(true));
+    let handler = refusing(&fail, |e| e.entity.as_ref().is_some_and(|e| e.key == "bad"), "not for shipping");
+    let mut svc = InboxLayer::new(db.pool().clone(), "shipping").layer(handler);
+    let batch = vec![event(Some(("x", 1)), 1), event(Some(("bad", 1)), 1), event(Some(("y", 1)), 1)];
+    let err = svc.call_batch(batch.clone()).await.expect_err("the handler refuses one");
+    assert!(matches!(&err, Error::Handler(h) if h.message().contains("not for shipping")), "{err}");
+    assert!(effects(db.pool(), "x").await.is_empty(), "nothing of the batch committed");
+    assert_eq!(inbox_rows(db.pool()).await, 0, "no event recorded as seen");
+    let mut alone = Vec::new();
+    for e in batch {
+        alone.push(svc.call(e).await.map_err(|e| e.is_retryable()));
+    }
+    assert_eq!(alone, [Ok(Outcome::Applied { successors: 0 }), Err(false), Ok(Outcome::Applied { successors: 0 })]);
+    assert_eq!(effects(db.pool(), "x").await, [1]);
+    assert_eq!(effects(db.pool(), "y").await, [1]);
+    db.close().await.expect("cleanup");
+}
+
+#[tokio::test]
+async fn a_batch_with_a_repeated_id_or_entity_is_refused_before_any_write() {
+    let db = TestDb::new().await.expect("db");
+    effects_table(db.pool()).await;
+    let svc = InboxLayer::new(db.pool().clone(), "shipping").layer(tower::service_fn(apply));
+    let same_entity = vec![event(Some(("e", 1)), 1), event(Some(("e", 2)), 2)];
+    assert!(matches!(svc.call_batch(same_entity).await, Err(Error::InvalidBatch("entity"))));
+    let u = event(None, 1);
+    assert!(matches!(svc.call_batch(vec![u.clone(), u]).await, Err(Error::InvalidBatch("event id"))));
+    assert_eq!(inbox_rows(db.pool()).await, 0);
+    assert!(effects(db.pool(), "e").await.is_empty());
+    db.close().await.expect("cleanup");
+}

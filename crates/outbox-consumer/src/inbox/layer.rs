@@ -187,6 +187,92 @@ where
         Ok(Outcome::Applied { successors })
     }
 
+    /// Handles a batch of events in one transaction, all or nothing, and returns each event's
+    /// outcome in order. The events must have distinct ids and distinct entities
+    /// ([`Error::InvalidBatch`] otherwise); [`InboxRunner`](crate::InboxRunner) groups its
+    /// deliveries so. Each event gets the outcome [`Service::call`] would give it, after the same
+    /// checks, but the batch costs one admission statement, one advance and one commit; the
+    /// handler runs once per event to apply, on the batch's transaction.
+    ///
+    /// On any error nothing of the batch is committed (a failing handler consumes its request,
+    /// and with it the transaction): apply the events one at a time with [`Service::call`], which
+    /// classifies the failure and records a permanent one. Parked successors that the batch made
+    /// next are applied after the commit, each in a transaction of its own, as after a single
+    /// event.
+    ///
+    /// # Errors
+    /// [`Error::InvalidBatch`], a database error, or the first handler failure.
+    pub async fn call_batch(&self, events: Vec<Event>) -> Result<Vec<Outcome>> {
+        let mut ids = std::collections::HashSet::with_capacity(events.len());
+        let mut keys = std::collections::HashSet::with_capacity(events.len());
+        for event in &events {
+            if !ids.insert(event.id) {
+                return Err(Error::InvalidBatch("event id"));
+            }
+            if let Some(entity) = &event.entity
+                && !keys.insert(entity.key.as_str())
+            {
+                return Err(Error::InvalidBatch("entity"));
+            }
+        }
+        let consumer = &*self.consumer;
+        let mut inner = self.inner.clone();
+        let initial: Vec<i64> = events
+            .iter()
+            .map(|e| match (&e.entity, self.start) {
+                (Some(entity), StartPolicy::FromFirstSeen) => i64::try_from(entity.seq).unwrap_or(i64::MAX) - 1,
+                _ => 0,
+            })
+            .collect();
+        let mut tx = self.pool.begin().await?;
+        let admitted = store::admit_batch(&mut tx, consumer, &events, &initial).await?;
+        let mut outcomes = Vec::with_capacity(events.len());
+        // Entities moved by the batch: key, new sequence, and the index of the event's outcome.
+        let mut moved: Vec<(String, i64, usize)> = Vec::new();
+        for (event, (last, fresh)) in events.into_iter().zip(admitted) {
+            if !fresh {
+                outcomes.push(Outcome::Duplicate);
+                continue;
+            }
+            if let (Some(entity), Some(last)) = (&event.entity, last) {
+                let seq = i64::try_from(entity.seq).unwrap_or(i64::MAX);
+                if seq <= last {
+                    store::mark_stale(&mut tx, consumer, event.id, last).await?;
+                    outcomes.push(Outcome::Stale);
+                    continue;
+                }
+                if seq > last + 1 {
+                    store::store_content(&mut tx, consumer, &event, "parked", None).await?;
+                    tracing::debug!(event_id = %event.id, entity = %entity.key, seq, last, "inbox.parked");
+                    outcomes.push(Outcome::Parked);
+                    continue;
+                }
+                moved.push((entity.key.clone(), seq, outcomes.len()));
+            }
+            (_, tx) = Self::run_handler(&mut inner, event, tx).await?.into_parts();
+            outcomes.push(Outcome::Applied { successors: 0 });
+        }
+        let parked = if moved.is_empty() {
+            Vec::new()
+        } else {
+            let keys: Vec<&str> = moved.iter().map(|(k, _, _)| k.as_str()).collect();
+            let seqs: Vec<i64> = moved.iter().map(|(_, s, _)| *s).collect();
+            store::advance_batch(&mut tx, consumer, &keys, &seqs).await?
+        };
+        tx.commit().await?;
+        for key in parked {
+            let applied = self.apply_parked(&mut inner, &key).await;
+            if let Some((_, _, i)) = moved.iter().find(|(k, _, _)| *k == key) {
+                outcomes[*i] = Outcome::Applied { successors: applied };
+            }
+        }
+        for outcome in &outcomes {
+            metrics::counter!("inbox_events_total", "consumer" => consumer.to_owned(), "outcome" => outcome.as_str())
+                .increment(1);
+        }
+        Ok(outcomes)
+    }
+
     /// Applies the entity's parked events that are now next, in order, each in its own
     /// transaction. Stops at the first that is missing or fails (it stays parked, or is recorded
     /// as failed); returns how many were applied.

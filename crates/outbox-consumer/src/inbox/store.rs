@@ -79,6 +79,79 @@ pub(crate) async fn admit(
     Ok((row.try_get("last")?, row.try_get("fresh")?))
 }
 
+/// [`admit`] for a batch of events with distinct ids and distinct entities, in one statement:
+/// for each event, in order, its entity's last applied sequence (`None` for an unordered event)
+/// and whether its id is new. The entities are locked first, in key order, so that two batches
+/// (or a batch and a single delivery) never wait for each other in a cycle; only then are the ids
+/// recorded.
+pub(crate) async fn admit_batch(
+    conn: &mut PgConnection,
+    consumer: &str,
+    events: &[Event],
+    initial: &[i64],
+) -> Result<Vec<(Option<i64>, bool)>> {
+    let ids: Vec<Uuid> = events.iter().map(|e| *e.id.as_uuid()).collect();
+    let keys: Vec<Option<&str>> = events.iter().map(|e| e.entity.as_ref().map(|e| e.key.as_str())).collect();
+    let seqs: Vec<Option<i64>> = events.iter().map(seq_of).collect();
+    let rows = sqlx::query(
+        "WITH input AS (
+             SELECT * FROM unnest($2::uuid[], $3::text[], $4::int8[], $5::int8[]) WITH ORDINALITY
+                 AS i(event_id, entity_key, seq, initial, n)
+         ), entity AS (
+             INSERT INTO inbox_entities (consumer, entity_key, last_seq)
+             SELECT $1, i.entity_key, i.initial FROM input i WHERE i.entity_key IS NOT NULL
+             ORDER BY i.entity_key COLLATE \"C\"
+             ON CONFLICT (consumer, entity_key) DO UPDATE SET last_seq = inbox_entities.last_seq
+             RETURNING entity_key, last_seq
+         ), seen AS (
+             INSERT INTO inbox_events (consumer, event_id, entity_key, seq, status, attempts, processed_at)
+             SELECT $1, i.event_id, i.entity_key, i.seq, 'processed', 1, now() FROM input i
+             WHERE (SELECT count(*) FROM entity) >= 0
+             ON CONFLICT (consumer, event_id) DO NOTHING RETURNING event_id
+         )
+         SELECT e.last_seq, s.event_id IS NOT NULL AS fresh
+         FROM input i
+         LEFT JOIN entity e ON e.entity_key = i.entity_key
+         LEFT JOIN seen s ON s.event_id = i.event_id
+         ORDER BY i.n",
+    )
+    .bind(consumer)
+    .bind(&ids)
+    .bind(&keys)
+    .bind(&seqs)
+    .bind(initial)
+    .fetch_all(conn)
+    .await?;
+    rows.iter().map(|r| Ok((r.try_get("last_seq")?, r.try_get("fresh")?))).collect()
+}
+
+/// [`advance`] for several entities (each once) in one statement; returns the keys of those whose
+/// next event is parked.
+pub(crate) async fn advance_batch(
+    conn: &mut PgConnection,
+    consumer: &str,
+    keys: &[&str],
+    seqs: &[i64],
+) -> Result<Vec<String>> {
+    Ok(sqlx::query_scalar(
+        "WITH moved AS (
+             UPDATE inbox_entities e SET last_seq = i.seq, updated_at = now()
+             FROM unnest($2::text[], $3::int8[]) AS i(entity_key, seq)
+             WHERE e.consumer = $1 AND e.entity_key = i.entity_key
+             RETURNING e.entity_key, e.last_seq
+         )
+         SELECT m.entity_key FROM moved m
+         WHERE EXISTS (SELECT 1 FROM inbox_events p
+                       WHERE p.consumer = $1 AND p.entity_key = m.entity_key AND p.seq = m.last_seq + 1
+                         AND p.status = 'parked')",
+    )
+    .bind(consumer)
+    .bind(keys)
+    .bind(seqs)
+    .fetch_all(conn)
+    .await?)
+}
+
 pub(crate) async fn mark_stale(conn: &mut PgConnection, consumer: &str, id: EventId, last: i64) -> Result<()> {
     sqlx::query("UPDATE inbox_events SET status = 'skipped', last_error = $3 WHERE consumer = $1 AND event_id = $2")
         .bind(consumer)
