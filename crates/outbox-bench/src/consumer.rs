@@ -60,9 +60,11 @@ use crate::relay::with_db;
 
 /// Unacknowledged deliveries the broker sends ahead: the runner's default, used by both consumers.
 const PREFETCH: u16 = 64;
-/// Deliveries the runner handles at once: its default.
-const CONCURRENCY: usize = 16;
-/// Connections of the consumer process's pool: one per concurrent delivery.
+/// Transactions the runner has open at once: its default.
+const CONCURRENCY: usize = 8;
+/// Deliveries per transaction at most: the runner's default.
+const BATCH: usize = 16;
+/// Connections of the consumer process's pool: one per transaction, and room for the sweeper.
 const POOL: u32 = 16;
 /// The inbox's consumer name.
 const CONSUMER: &str = "bench-shipping";
@@ -162,7 +164,8 @@ async fn bench(db: &TestDb, broker: &TestBroker, plan: Plan) -> Result<(), BoxEr
     ));
     comment(format_args!(
         "consumer: raw = one lapin consumer, no decoding, one basic.ack per message (up to {PREFETCH} in \
-         flight); inbox = InboxRunner (prefetch {PREFETCH}, concurrency {CONCURRENCY}, the defaults) + InboxLayer \
+         flight); inbox = InboxRunner (prefetch {PREFETCH}, concurrency {CONCURRENCY}, batches of up to {BATCH}, \
+         the defaults) + InboxLayer \
          in a child process with a pool of {POOL} connections, handler upserts `shipments` in the inbox's \
          transaction"
     ));
@@ -476,12 +479,21 @@ pub(crate) async fn process(args: ProcessArgs) -> Result<(), BoxError> {
     init_child_logging();
     let pool = PgPoolOptions::new().max_connections(POOL).connect(&args.urls.database_url).await?;
     let service = InboxLayer::new(pool.clone(), args.consumer).layer(tower::service_fn(apply_shipment));
+    // Experiments only (the figures are defined with the defaults): other batch sizes and
+    // concurrency through the environment.
+    let knob = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<usize>().ok());
+    let (batch, concurrency) = (knob("OUTBOX_BENCH_CONSUMER_BATCH"), knob("OUTBOX_BENCH_CONSUMER_CONCURRENCY"));
     let start = |queue: &str| {
-        InboxRunner::builder(args.urls.amqp_url.as_str(), service.clone())
+        let mut runner = InboxRunner::builder(args.urls.amqp_url.as_str(), service.clone())
             .connection_name("outbox-bench-consumer")
-            .queue(queue)
-            .build()
-            .map(InboxRunner::spawn)
+            .queue(queue);
+        if let Some(n) = batch {
+            runner = runner.batch_size(n);
+        }
+        if let Some(n) = concurrency {
+            runner = runner.concurrency(n);
+        }
+        runner.build().map(InboxRunner::spawn)
     };
     let mut runners = vec![start(&args.queue)?];
     let mut requests = stdin_lines();

@@ -147,7 +147,7 @@ impl<S> InboxRunnerBuilder<S> {
     }
 
     /// Sets how many transactions (each a batch of deliveries, see
-    /// [`InboxRunnerBuilder::batch_size`]) are handled at once. Defaults to 16.
+    /// [`InboxRunnerBuilder::batch_size`]) are handled at once. Defaults to 8.
     #[must_use]
     pub fn concurrency(mut self, n: usize) -> Self {
         self.concurrency = n.max(1);
@@ -275,7 +275,8 @@ struct Shared<S> {
 /// let runner = InboxRunner::builder("amqp://guest:guest@127.0.0.1:5672/%2f", service)
 ///     .queue("shipping.orders")
 ///     .prefetch(64)
-///     .concurrency(16)
+///     .concurrency(8)
+///     .batch_size(16)
 ///     .build()?;
 /// let handle = runner.spawn();
 /// // ...
@@ -359,7 +360,7 @@ where
             queues: Vec::new(),
             dead_letter_exchange: None,
             prefetch: 64,
-            concurrency: 16,
+            concurrency: 8,
             batch_size: 16,
             retry: RetryPolicy::default()
                 .initial_delay(Duration::from_millis(200))
