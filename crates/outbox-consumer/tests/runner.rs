@@ -476,3 +476,55 @@ async fn graceful_shutdown_finishes_and_acks_the_delivery_in_hand() {
     let _ = conn.close(200, "".into()).await;
     env.close().await;
 }
+
+/// Deliveries already waiting share transactions; a group with an event the handler refuses is
+/// rolled back and handled one delivery at a time: the refused one is dead-lettered, every other
+/// one applied once, each entity in order.
+#[tokio::test]
+async fn deliveries_in_hand_share_a_transaction_and_a_refused_one_goes_alone() {
+    let env = Env::new().await;
+    sqlx::query("CREATE TABLE applied (n bigserial PRIMARY KEY, entity text, seq bigint, tx bigint)")
+        .execute(env.db.pool())
+        .await
+        .expect("table");
+    let handler = tower::service_fn(|mut req: InboxRequest| async move {
+        let entity = req.event().entity.clone().expect("ordered");
+        if entity.key == "refused" {
+            return Err(HandlerError::permanent("not for shipping"));
+        }
+        sqlx::query("INSERT INTO applied (entity, seq, tx) VALUES ($1, $2, txid_current())")
+            .bind(&entity.key)
+            .bind(entity.seq as i64)
+            .execute(req.conn())
+            .await?;
+        Ok::<_, HandlerError>(req)
+    });
+    let svc = InboxLayer::new(env.db.pool().clone(), "shipping").layer(handler);
+    // 50 entities, 4 events each, interleaved as a relay sends them; the refused event in the middle.
+    let mut events: Vec<Event> = (1..=4).flat_map(|seq| (0..50).map(move |e| event(&format!("e{e}"), seq))).collect();
+    events.insert(100, event("refused", 1));
+    env.publish(&events).await;
+    let handle = env.runner(svc).build().expect("runner").spawn();
+    // An event can arrive while its predecessor is in another transaction: it parks and is applied
+    // right after that one, so applied and parked deliveries add up to the events.
+    wait_for("every event handled", Duration::from_secs(30), || async {
+        let s = handle.stats();
+        let rows: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM applied").fetch_one(env.db.pool()).await.expect("count");
+        (s.applied + s.parked == 200 && s.dead_lettered == 1 && rows >= 200).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:?}: {:?}", handle.stats()));
+    let rows: Vec<(String, i64, i64)> =
+        sqlx::query_as("SELECT entity, seq, tx FROM applied ORDER BY n").fetch_all(env.db.pool()).await.expect("rows");
+    assert_eq!(rows.len(), 200, "each event applied once");
+    for e in 0..50 {
+        let key = format!("e{e}");
+        let seqs: Vec<i64> = rows.iter().filter(|r| r.0 == key).map(|r| r.1).collect();
+        assert_eq!(seqs, [1, 2, 3, 4], "{key} in order");
+    }
+    let transactions: std::collections::HashSet<i64> = rows.iter().map(|r| r.2).collect();
+    assert!(transactions.len() < rows.len(), "some deliveries shared a transaction ({} for 200)", transactions.len());
+    handle.shutdown().await.expect("shutdown");
+    env.close().await;
+}

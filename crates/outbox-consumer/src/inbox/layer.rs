@@ -146,14 +146,18 @@ where
         Ok(())
     }
 
+    /// Where the event's entity starts if this consumer has never seen it (the start policy).
+    fn initial_seq(&self, event: &Event) -> i64 {
+        match (&event.entity, self.start) {
+            (Some(entity), StartPolicy::FromFirstSeen) => i64::try_from(entity.seq).unwrap_or(i64::MAX) - 1,
+            _ => 0,
+        }
+    }
+
     async fn handle(&self, inner: &mut S, event: Event) -> Result<Outcome> {
         let consumer = &*self.consumer;
         let mut tx = self.pool.begin().await?;
-        let initial = match (&event.entity, self.start) {
-            (Some(entity), StartPolicy::FromFirstSeen) => i64::try_from(entity.seq).unwrap_or(i64::MAX) - 1,
-            _ => 0,
-        };
-        let (last, fresh) = store::admit(&mut tx, consumer, &event, initial).await?;
+        let (last, fresh) = store::admit(&mut tx, consumer, &event, self.initial_seq(&event)).await?;
         if !fresh {
             tx.rollback().await?;
             return Ok(Outcome::Duplicate);
@@ -217,13 +221,7 @@ where
         }
         let consumer = &*self.consumer;
         let mut inner = self.inner.clone();
-        let initial: Vec<i64> = events
-            .iter()
-            .map(|e| match (&e.entity, self.start) {
-                (Some(entity), StartPolicy::FromFirstSeen) => i64::try_from(entity.seq).unwrap_or(i64::MAX) - 1,
-                _ => 0,
-            })
-            .collect();
+        let initial: Vec<i64> = events.iter().map(|e| self.initial_seq(e)).collect();
         let mut tx = self.pool.begin().await?;
         let admitted = store::admit_batch(&mut tx, consumer, &events, &initial).await?;
         let mut outcomes = Vec::with_capacity(events.len());
