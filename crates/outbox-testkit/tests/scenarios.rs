@@ -346,7 +346,9 @@ impl<P: Publisher> Publisher for Probe<P> {
 #[tokio::test]
 async fn scenario_05_two_relays_never_publish_a_row_concurrently() {
     let h = start(with_shipping().defer_relay()).await;
-    changes(&h, 20, 25).await;
+    // More orders with a ready event than one relay's confirm window holds (40), so that every
+    // relay finds work at once whatever the timing: the first cannot take it all.
+    changes(&h, 100, 5).await;
     let flights = Arc::new(Mutex::new(Flights::default()));
     let mut relays = Vec::new();
     for relay in 0..3 {
@@ -371,7 +373,7 @@ async fn scenario_05_two_relays_never_publish_a_row_concurrently() {
     for relay in relays {
         relay.shutdown().await.expect("shutdown");
     }
-    assert_shipped_once_in_order(&h, 20, 25).await;
+    assert_shipped_once_in_order(&h, 100, 5).await;
     let rows: Vec<(Uuid, i32)> =
         sqlx::query_as("SELECT id, attempts FROM outbox_events").fetch_all(h.pool()).await.expect("rows");
     let flights = std::mem::take(&mut *flights.lock().expect("flights"));
