@@ -3,7 +3,7 @@
 //! dropped.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use metrics::{Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder, SharedString, Unit};
@@ -14,16 +14,27 @@ struct Counters {
     histograms: Mutex<HashMap<String, Arc<Samples>>>,
 }
 
-/// Every value a histogram recorded since it was last taken.
+/// Every value a histogram recorded while sampling was on, since it was last taken.
 #[derive(Default)]
 struct Samples(Mutex<Vec<f64>>);
 
+/// Whether histograms keep their values: only while a phase wants them, so that a long phase
+/// after it neither grows the benchmark's memory nor pays for the lock.
+static SAMPLING: AtomicBool = AtomicBool::new(false);
+
 impl HistogramFn for Samples {
     fn record(&self, value: f64) {
-        if let Ok(mut v) = self.0.lock() {
+        if SAMPLING.load(Ordering::Relaxed)
+            && let Ok(mut v) = self.0.lock()
+        {
             v.push(value);
         }
     }
+}
+
+/// Turns the keeping of histogram values on or off.
+pub(crate) fn sample_histograms(on: bool) {
+    SAMPLING.store(on, Ordering::Relaxed);
 }
 
 static COUNTERS: OnceLock<&'static Counters> = OnceLock::new();
@@ -100,10 +111,13 @@ mod tests {
     }
 
     #[test]
-    fn histogram_samples_are_taken_once() {
+    fn histogram_samples_are_kept_while_sampling_and_taken_once() {
         install();
+        sample_histograms(true);
         metrics::histogram!("bench_test_seconds").record(0.5);
         metrics::histogram!("bench_test_seconds").record(1.5);
+        sample_histograms(false);
+        metrics::histogram!("bench_test_seconds").record(2.5);
         assert_eq!(take_samples("bench_test_seconds"), vec![0.5, 1.5]);
         assert!(take_samples("bench_test_seconds").is_empty());
     }

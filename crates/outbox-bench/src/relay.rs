@@ -708,6 +708,7 @@ async fn measure_latency(db: &TestDb, target: Target<'_>, plan: Plan) -> Result<
     for (name, _) in RELAY_STAGES {
         crate::counters::take_samples(name);
     }
+    crate::counters::sample_histograms(true);
     let arrivals = Arrivals::start(target, u64::MAX, true).await?;
     let outcome = async {
         let relay = InProcess::start(db, target).await?;
@@ -725,6 +726,7 @@ async fn measure_latency(db: &TestDb, target: Target<'_>, plan: Plan) -> Result<
     }
     .await;
     let arrived = arrivals.stop().await;
+    crate::counters::sample_histograms(false);
     let claims_after = claims();
     let commits = outcome?;
     let arrived = arrived?;
