@@ -453,8 +453,8 @@ async fn a_batch_gives_each_event_the_outcome_of_a_single_delivery_in_one_commit
     let unordered: i64 =
         sqlx::query_scalar("SELECT count(*) FROM effects WHERE entity IS NULL").fetch_one(db.pool()).await.expect("u");
     assert_eq!(unordered, 2, "each unordered event once");
-    // The batch's events are recorded like single deliveries: redelivered one at a time, each is a
-    // duplicate.
+    // The event the batch parked waits like any parked event: its predecessors, arriving one at a
+    // time, apply it.
     assert_eq!(svc.call(event(Some(("p", 1)), 1)).await.expect("p1"), Outcome::Applied { successors: 0 });
     assert_eq!(svc.call(event(Some(("p", 2)), 2)).await.expect("p2"), Outcome::Applied { successors: 1 });
     assert_eq!(effects(db.pool(), "p").await, [1, 2, 3]);

@@ -70,6 +70,24 @@ pub struct InboxService<S> {
     start: StartPolicy,
 }
 
+/// Holds back an ordered event that is not its entity's next (the entity being at `last`): one at
+/// or below `last` is recorded as stale, one further ahead is stored in the parking. Returns the
+/// outcome if it was held back, `None` if it is next (or unordered).
+async fn hold_back(tx: &mut sqlx::PgConnection, consumer: &str, event: &Event, last: i64) -> Result<Option<Outcome>> {
+    let Some(entity) = &event.entity else { return Ok(None) };
+    let seq = i64::try_from(entity.seq).unwrap_or(i64::MAX);
+    if seq <= last {
+        store::mark_stale(tx, consumer, event.id, last).await?;
+        return Ok(Some(Outcome::Stale));
+    }
+    if seq > last + 1 {
+        store::store_content(tx, consumer, event, "parked", None).await?;
+        tracing::debug!(event_id = %event.id, entity = %entity.key, seq, last, "inbox.parked");
+        return Ok(Some(Outcome::Parked));
+    }
+    Ok(None)
+}
+
 /// Turns whatever the handler stack returned into the inbox's error.
 fn handler_error<E: Into<tower::BoxError>>(e: E) -> Error {
     let e: tower::BoxError = e.into();
@@ -162,19 +180,11 @@ where
             tx.rollback().await?;
             return Ok(Outcome::Duplicate);
         }
-        if let (Some(entity), Some(last)) = (&event.entity, last) {
-            let seq = i64::try_from(entity.seq).unwrap_or(i64::MAX);
-            if seq <= last {
-                store::mark_stale(&mut tx, consumer, event.id, last).await?;
-                tx.commit().await?;
-                return Ok(Outcome::Stale);
-            }
-            if seq > last + 1 {
-                store::store_content(&mut tx, consumer, &event, "parked", None).await?;
-                tx.commit().await?;
-                tracing::debug!(event_id = %event.id, entity = %entity.key, seq, last, "inbox.parked");
-                return Ok(Outcome::Parked);
-            }
+        if let Some(last) = last
+            && let Some(held) = hold_back(&mut tx, consumer, &event, last).await?
+        {
+            tx.commit().await?;
+            return Ok(held);
         }
         let request = self.run_or_record(inner, event, tx).await?;
         let (event, mut tx) = request.into_parts();
@@ -233,19 +243,11 @@ where
                 continue;
             }
             if let (Some(entity), Some(last)) = (&event.entity, last) {
-                let seq = i64::try_from(entity.seq).unwrap_or(i64::MAX);
-                if seq <= last {
-                    store::mark_stale(&mut tx, consumer, event.id, last).await?;
-                    outcomes.push(Outcome::Stale);
+                if let Some(held) = hold_back(&mut tx, consumer, &event, last).await? {
+                    outcomes.push(held);
                     continue;
                 }
-                if seq > last + 1 {
-                    store::store_content(&mut tx, consumer, &event, "parked", None).await?;
-                    tracing::debug!(event_id = %event.id, entity = %entity.key, seq, last, "inbox.parked");
-                    outcomes.push(Outcome::Parked);
-                    continue;
-                }
-                moved.push((entity.key.clone(), seq, outcomes.len()));
+                moved.push((entity.key.clone(), last + 1, outcomes.len()));
             }
             (_, tx) = Self::run_handler(&mut inner, event, tx).await?.into_parts();
             outcomes.push(Outcome::Applied { successors: 0 });
@@ -416,20 +418,13 @@ where
         let next = match &event.entity {
             Some(entity) => {
                 let last = store::lock_entity(&mut tx, consumer, &entity.key, 0).await?;
-                let seq = i64::try_from(entity.seq).unwrap_or(i64::MAX);
-                if seq <= last {
-                    // An operator moved the entity past it (a skipped gap): it can no longer apply.
-                    store::mark_stale(&mut tx, consumer, event.id, last).await?;
+                // Stale if an operator moved the entity past it (a skipped gap); parked like any
+                // early event if it is not its entity's next yet.
+                if let Some(held) = hold_back(&mut tx, consumer, &event, last).await? {
                     tx.commit().await?;
-                    return Ok(Some(Outcome::Stale));
+                    return Ok(Some(held));
                 }
-                if seq > last + 1 {
-                    // Not its entity's next event yet: it waits in the parking like any early event.
-                    store::store_content(&mut tx, consumer, &event, "parked", None).await?;
-                    tx.commit().await?;
-                    return Ok(Some(Outcome::Parked));
-                }
-                Some((entity.key.clone(), seq))
+                Some((entity.key.clone(), last + 1))
             }
             None => None,
         };

@@ -30,17 +30,7 @@ pub(crate) async fn lock_entity(conn: &mut PgConnection, consumer: &str, key: &s
 /// anything parked before was committed before the lock was taken, so `false` is final: the caller
 /// need not look for parked successors (the sweeper covers a crash in between).
 pub(crate) async fn advance(conn: &mut PgConnection, consumer: &str, key: &str, seq: i64) -> Result<bool> {
-    let next_parked: Option<bool> = sqlx::query_scalar(
-        "UPDATE inbox_entities SET last_seq = $3, updated_at = now() WHERE consumer = $1 AND entity_key = $2
-         RETURNING EXISTS (SELECT 1 FROM inbox_events p
-                           WHERE p.consumer = $1 AND p.entity_key = $2 AND p.seq = $3 + 1 AND p.status = 'parked')",
-    )
-    .bind(consumer)
-    .bind(key)
-    .bind(seq)
-    .fetch_optional(conn)
-    .await?;
-    Ok(next_parked.unwrap_or(false))
+    Ok(!advance_batch(conn, consumer, &[key], &[seq]).await?.is_empty())
 }
 
 fn seq_of(event: &Event) -> Option<i64> {
@@ -49,34 +39,15 @@ fn seq_of(event: &Event) -> Option<i64> {
 
 /// Admits a delivery in one statement: locks its entity's row as [`lock_entity`] does (creating
 /// it at `initial`), and records the event as processed unless the consumer has seen its id.
-/// Returns the entity's last applied sequence and whether the event id is new. The entity is
-/// locked first, as everywhere else, so two deliveries of one entity cannot deadlock.
+/// Returns the entity's last applied sequence and whether the event id is new.
 pub(crate) async fn admit(
     conn: &mut PgConnection,
     consumer: &str,
     event: &Event,
     initial: i64,
 ) -> Result<(Option<i64>, bool)> {
-    let row = sqlx::query(
-        "WITH entity AS (
-             INSERT INTO inbox_entities (consumer, entity_key, last_seq) SELECT $1, $3, $5 WHERE $3 IS NOT NULL
-             ON CONFLICT (consumer, entity_key) DO UPDATE SET last_seq = inbox_entities.last_seq
-             RETURNING last_seq
-         ), seen AS (
-             INSERT INTO inbox_events (consumer, event_id, entity_key, seq, status, attempts, processed_at)
-             VALUES ($1, $2, $3, $4, 'processed', 1, now())
-             ON CONFLICT (consumer, event_id) DO NOTHING RETURNING 1
-         )
-         SELECT (SELECT last_seq FROM entity) AS last, EXISTS (SELECT 1 FROM seen) AS fresh",
-    )
-    .bind(consumer)
-    .bind(event.id.as_uuid())
-    .bind(event.entity.as_ref().map(|e| e.key.as_str()))
-    .bind(seq_of(event))
-    .bind(initial)
-    .fetch_one(conn)
-    .await?;
-    Ok((row.try_get("last")?, row.try_get("fresh")?))
+    let admitted = admit_batch(conn, consumer, std::slice::from_ref(event), &[initial]).await?;
+    admitted.into_iter().next().ok_or(Error::Database(sqlx::Error::RowNotFound))
 }
 
 /// [`admit`] for a batch of events with distinct ids and distinct entities, in one statement:
@@ -126,7 +97,7 @@ pub(crate) async fn admit_batch(
 }
 
 /// [`advance`] for several entities (each once) in one statement; returns the keys of those whose
-/// next event is parked.
+/// next event is parked (read under the entities' locks, as in [`advance`]).
 pub(crate) async fn advance_batch(
     conn: &mut PgConnection,
     consumer: &str,
