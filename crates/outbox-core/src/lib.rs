@@ -30,6 +30,7 @@ mod failure;
 mod header;
 mod id;
 mod publish;
+mod redact;
 mod retry;
 mod status;
 pub mod wire;
@@ -42,5 +43,6 @@ pub use id::EventId;
 pub use publish::{
     ConfirmFuture, ExchangeKind, OutgoingMessage, PublishFailure, PublishOutcome, Publisher, partition_for,
 };
+pub use redact::REDACTING_LOG_DIRECTIVES;
 pub use retry::{QuarantineReason, RetryDecision, RetryPolicy};
 pub use status::{ParseStatusError, Status};

@@ -84,6 +84,14 @@ pub trait Publisher: Send + Sync + 'static {
         let _ = (exchange, kind);
         async { Ok(()) }
     }
+
+    /// Makes sure the publisher can send: opens its connection now if it has none, or says why it
+    /// cannot (the failure's kind and reason as classified for a connection: `auth` when the broker
+    /// refused the credentials). The relay calls it while paused by an outage, before it claims
+    /// again. The default says yes, for publishers that have no connection.
+    fn connect(&self) -> impl Future<Output = Result<(), PublishFailure>> + Send {
+        async { Ok(()) }
+    }
 }
 
 /// The type of an AMQP exchange.

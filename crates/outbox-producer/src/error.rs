@@ -22,7 +22,7 @@ pub enum Error {
         source: EventError,
     },
     /// The database refused or failed a statement.
-    #[error("database error: {0}")]
+    #[error("database error: {}", DbMessage(.0))]
     Database(#[from] sqlx::Error),
     /// Applying the product's migrations failed.
     #[error("migration error: {0}")]
@@ -30,6 +30,9 @@ pub enum Error {
     /// A relay or retention setting is out of range.
     #[error("invalid configuration: {0}")]
     InvalidConfig(&'static str),
+    /// The AMQP URL cannot be used; the reason never quotes the URL (it may hold a password).
+    #[error("invalid AMQP URL: {0}")]
+    InvalidAmqpUrl(String),
     /// The relay stopped at an armed crash point (failure tests only).
     #[error("the relay stopped at a crash point")]
     Crashed,
@@ -53,7 +56,8 @@ impl Error {
             Self::InvalidEvent(_)
             | Self::InvalidBatchEvent { .. }
             | Self::CorruptRow { .. }
-            | Self::InvalidConfig(_) => FailureKind::Contract,
+            | Self::InvalidConfig(_)
+            | Self::InvalidAmqpUrl(_) => FailureKind::Contract,
             Self::Crashed | Self::Stopped => FailureKind::Transient,
             Self::Database(e) => database_kind(e),
             Self::Migrate(_) => FailureKind::Transient,
@@ -71,9 +75,27 @@ impl std::fmt::Debug for Error {
             Self::Database(e) => f.debug_tuple("Database").field(&RedactedSqlx(e)).finish(),
             Self::Migrate(e) => f.debug_tuple("Migrate").field(&format_args!("{e}")).finish(),
             Self::InvalidConfig(what) => f.debug_tuple("InvalidConfig").field(what).finish(),
+            Self::InvalidAmqpUrl(why) => f.debug_tuple("InvalidAmqpUrl").field(why).finish(),
             Self::Crashed => f.write_str("Crashed"),
             Self::Stopped => f.write_str("Stopped"),
             Self::CorruptRow { id, what } => f.debug_struct("CorruptRow").field("id", id).field("what", what).finish(),
+        }
+    }
+}
+
+/// A sqlx error for people: a server error's message and SQLSTATE, without the source position
+/// sqlx appends (`at line 1392` of PostgreSQL's C file) and without its detail; other errors as
+/// sqlx words them (connection refused, pool timed out, ...).
+pub struct DbMessage<'a>(pub &'a sqlx::Error);
+
+impl std::fmt::Display for DbMessage<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.as_database_error() {
+            Some(db) => match db.code() {
+                Some(code) => write!(f, "{} (SQLSTATE {code})", db.message()),
+                None => f.write_str(db.message()),
+            },
+            None => write!(f, "{}", self.0),
         }
     }
 }

@@ -32,7 +32,7 @@ mod relay;
 mod retention;
 
 pub use enqueue::{Outbox, OutboxBuilder};
-pub use error::{Error, Result};
+pub use error::{DbMessage, Error, Result};
 pub use migrate::{MIGRATIONS_TABLE, migrate, migrator};
 #[cfg(feature = "fail-points")]
 pub use relay::CrashPoint;

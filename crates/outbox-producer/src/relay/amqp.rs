@@ -14,6 +14,8 @@ use outbox_core::{
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
+use crate::Error;
+
 /// RabbitMQ's default `max_message_size` (128 MiB).
 const DEFAULT_MAX_MESSAGE_BYTES: usize = 128 * 1024 * 1024;
 
@@ -22,7 +24,7 @@ const DEFAULT_MAX_MESSAGE_BYTES: usize = 128 * 1024 * 1024;
 /// ([`FailureKind::Rejected`]) instead of vanishing.
 ///
 /// The connection is opened on first use and re-opened after any loss, with exponential backoff
-/// (100 ms doubling to 10 s); while backing off, publishes fail at once as
+/// (100 ms doubling to 5 s); while backing off, publishes fail at once as
 /// [`FailureKind::Transient`] (or [`FailureKind::Auth`] when the broker refused the credentials).
 /// The URL may hold credentials: it is never logged or shown in errors.
 ///
@@ -94,7 +96,18 @@ impl AmqpPublisherBuilder {
         self
     }
 
-    /// Builds the publisher. It connects on first use.
+    /// Builds the publisher after checking the URL, so that a malformed one fails at once instead
+    /// of on every connection attempt. It connects on first use (or on [`Publisher::connect`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidAmqpUrl`] with a reason that does not quote the URL.
+    pub fn try_build(self) -> Result<AmqpPublisher, Error> {
+        check_url(&self.url).map_err(Error::InvalidAmqpUrl)?;
+        Ok(self.build())
+    }
+
+    /// Builds the publisher. It connects on first use; a malformed URL shows as a failure to
+    /// connect (see [`AmqpPublisherBuilder::try_build`] to refuse it at once).
     pub fn build(self) -> AmqpPublisher {
         AmqpPublisher {
             inner: Arc::new(Inner {
@@ -106,6 +119,28 @@ impl AmqpPublisherBuilder {
             }),
         }
     }
+}
+
+/// The wait before the next connection attempt after `failures` failed ones in a row: 100 ms,
+/// doubling, at most 5 s.
+fn reconnect_backoff(failures: u32) -> Duration {
+    Duration::from_millis(100).saturating_mul(1 << failures.saturating_sub(1).min(6)).min(Duration::from_secs(5))
+}
+
+/// Checks that `url` is an AMQP URL lapin can connect with. The reason never quotes the URL: it
+/// may hold a password (lapin's own parse error does quote it).
+pub(crate) fn check_url(url: &str) -> Result<(), String> {
+    let scheme = url.split_once("://").map(|(scheme, _)| scheme);
+    if !matches!(scheme, Some("amqp" | "amqps")) {
+        return Err("expected amqp://user:password@host:port/vhost (or amqps://)".to_owned());
+    }
+    url.parse::<lapin::uri::AMQPUri>().map(drop).map_err(|e| {
+        if e.contains(url) || url.split('@').next().is_some_and(|auth| e.contains(auth)) {
+            "not a valid URL".to_owned()
+        } else {
+            e
+        }
+    })
 }
 
 fn ready(outcome: PublishOutcome) -> ConfirmFuture {
@@ -134,9 +169,8 @@ pub(crate) fn classify(error: &lapin::Error) -> PublishFailure {
             PublishFailure::new(kind, format!("broker error {}: {text}", amqp.get_id()))
         }
         lapin::ErrorKind::AuthProviderError(_) => PublishFailure::new(FailureKind::Auth, "authentication failed"),
-        lapin::ErrorKind::IOError(e) => {
-            PublishFailure::new(FailureKind::Transient, format!("connection error: {}", e.kind()))
-        }
+        // An I/O error's text names the cause (connection refused, name not resolved), never the URL.
+        lapin::ErrorKind::IOError(e) => PublishFailure::new(FailureKind::Transient, format!("connection error: {e}")),
         _ => PublishFailure::new(FailureKind::Transient, format!("{error}")),
     }
 }
@@ -263,8 +297,7 @@ impl AmqpPublisher {
             }
             Err(failure) => {
                 state.failures = state.failures.saturating_add(1);
-                let backoff =
-                    Duration::from_millis(100).saturating_mul(1 << state.failures.min(7)).min(Duration::from_secs(10));
+                let backoff = reconnect_backoff(state.failures);
                 state.retry_at = Some(Instant::now() + backoff);
                 state.last_failure = Some(failure.clone());
                 tracing::warn!(kind = %failure.kind, reason = %failure.reason, retry_in_ms = backoff.as_millis() as u64, "outbox.broker_unavailable");
@@ -274,6 +307,8 @@ impl AmqpPublisher {
     }
 
     async fn open(&self, state: &mut State) -> Result<Channel, PublishFailure> {
+        check_url(&self.inner.url)
+            .map_err(|why| PublishFailure::new(FailureKind::Transient, format!("invalid AMQP URL: {why}")))?;
         let connected = matches!(&state.connection, Some(c) if c.status().connected());
         if !connected {
             if let Some(old) = state.connection.take() {
@@ -345,7 +380,21 @@ async fn confirm_outcome(pending: lapin::PublisherConfirm) -> PublishOutcome {
         Ok(Confirmation::NotRequested) => {
             PublishOutcome::Failed(PublishFailure::new(FailureKind::Transient, "publisher confirms are not enabled"))
         }
-        Err(e) => PublishOutcome::Failed(classify(&e)),
+        Err(e) => PublishOutcome::Failed(lost_or_classified(&e)),
+    }
+}
+
+/// A confirm lost with its connection (dropped, reset, heartbeat missed) is the broker's outage,
+/// not the message's failure; anything the broker said about it is classified as usual.
+fn lost_or_classified(error: &lapin::Error) -> PublishFailure {
+    match error.kind() {
+        lapin::ErrorKind::IOError(_)
+        | lapin::ErrorKind::InvalidConnectionState(_)
+        | lapin::ErrorKind::MissingHeartbeatError
+        | lapin::ErrorKind::RuntimeShutdownError(_) => {
+            PublishFailure::new(FailureKind::Unavailable, format!("connection lost: {}", classify(error).reason))
+        }
+        _ => classify(error),
     }
 }
 
@@ -353,7 +402,10 @@ impl Publisher for AmqpPublisher {
     async fn publish(&self, batch: Vec<OutgoingMessage>) -> Vec<ConfirmFuture> {
         let channel = match self.channel().await {
             Ok(ch) => ch,
-            Err(failure) => return failed_all(batch.len(), &failure),
+            // Nothing was sent: not the events' failure, whatever the cause of the connection's.
+            Err(failure) => {
+                return failed_all(batch.len(), &PublishFailure::new(FailureKind::Unavailable, failure.reason));
+            }
         };
         let mut out: Vec<ConfirmFuture> = Vec::with_capacity(batch.len());
         let mut broken: Option<PublishFailure> = None;
@@ -412,11 +464,32 @@ impl Publisher for AmqpPublisher {
         let channel = self.channel().await?;
         declare(&channel, exchange, kind).await.map_err(|e| classify(&e))
     }
+
+    async fn connect(&self) -> Result<(), PublishFailure> {
+        self.channel().await.map(drop)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn malformed_urls_are_refused_without_quoting_them() {
+        assert_eq!(check_url("amqp://guest:guest@127.0.0.1:5672/%2f"), Ok(()));
+        assert_eq!(check_url("amqps://u:p@broker.example/vhost"), Ok(()));
+        for bad in ["amqp:guest:s3cret@127.0.0.1", "http://guest:s3cret@127.0.0.1", "amqp://guest:s3cret@127.0.0.1:abc/"]
+        {
+            let why = check_url(bad).expect_err(bad);
+            assert!(!why.contains("s3cret"), "{why}");
+        }
+    }
+
+    #[test]
+    fn reconnect_backoff_starts_at_100_ms_and_stops_at_5_s() {
+        let waits: Vec<u64> = (1..=9).map(|n| reconnect_backoff(n).as_millis() as u64).collect();
+        assert_eq!(waits, [100, 200, 400, 800, 1600, 3200, 5000, 5000, 5000]);
+    }
 
     #[test]
     fn only_the_oversized_message_is_blamed() {
