@@ -75,6 +75,13 @@ pub enum EventError {
         /// The variant's type name.
         type_name: &'static str,
     },
+    /// A header's string value contains a NUL character, which PostgreSQL cannot store (in `text`
+    /// or `jsonb`).
+    #[error("header {name:?} has a value with a NUL character, which PostgreSQL cannot store")]
+    InvalidHeaderValue {
+        /// The header name.
+        name: String,
+    },
     /// The headers are larger than the maximum.
     #[error("headers are {size} bytes, more than the maximum of {max}")]
     HeadersTooLarge {

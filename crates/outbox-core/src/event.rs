@@ -431,6 +431,13 @@ fn validate_headers(headers: &Headers, max_bytes: usize) -> Result<()> {
         if !value.is_producer_value() {
             return Err(EventError::UnsupportedHeaderValue { name: name.clone(), type_name: value.type_name() });
         }
+        if let HeaderValue::String(s) = value
+            && s.contains('\0')
+        {
+            // PostgreSQL stores neither a NUL in `text` nor `\u0000` in `jsonb`: the INSERT would
+            // fail and abort the caller's transaction.
+            return Err(EventError::InvalidHeaderValue { name: name.clone() });
+        }
         size += name.len()
             + match value {
                 HeaderValue::String(s) => s.len(),
@@ -478,6 +485,10 @@ mod tests {
             (ok_event().header("f", HeaderValue::Float(1.5)), |e| {
                 matches!(e, EventError::UnsupportedHeaderValue { type_name: "float", .. })
             }),
+            (ok_event().header("k", "a\0b"), |e| matches!(e, EventError::InvalidHeaderValue { .. })),
+            (ok_event().correlation_id("a\0b"), |e| matches!(e, EventError::InvalidId { field: "correlation_id" })),
+            (ok_event().entity("a\0b"), |e| matches!(e, EventError::InvalidEntityKey)),
+            (NewEvent::json("a\0b", &1).expect("json"), |e| matches!(e, EventError::InvalidEventType)),
             (ok_event().header("big", "v".repeat(17 * 1024)), |e| matches!(e, EventError::HeadersTooLarge { .. })),
             (ok_event().correlation_id(""), |e| matches!(e, EventError::InvalidId { field: "correlation_id" })),
             (ok_event().causation_id("c".repeat(256)), |e| {

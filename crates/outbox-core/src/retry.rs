@@ -255,6 +255,9 @@ mod tests {
             );
         }
         assert_eq!(p.decide_with_rng(99, created, old, FailureKind::Contended, &mut rng), RetryDecision::RetryAt(old));
-        assert_eq!(p.decide_with_rng(99, created, old, FailureKind::Unavailable, &mut rng), RetryDecision::RetryAt(old));
+        assert_eq!(
+            p.decide_with_rng(99, created, old, FailureKind::Unavailable, &mut rng),
+            RetryDecision::RetryAt(old)
+        );
     }
 }

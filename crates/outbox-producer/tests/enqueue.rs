@@ -215,6 +215,9 @@ async fn invalid_events_are_rejected_before_any_sql() {
         (event(None).header("x-seq", 7), |e| matches!(e, EventError::ReservedHeader { .. })),
         (event(None).header("bad name", "v"), |e| matches!(e, EventError::InvalidHeaderName { .. })),
         (event(None).version(0), |e| matches!(e, EventError::InvalidVersion)),
+        // PostgreSQL refuses a NUL in `text` and `\u0000` in `jsonb` (SQLSTATE 22P05).
+        (event(None).header("k", "a\0b"), |e| matches!(e, EventError::InvalidHeaderValue { .. })),
+        (event(None).correlation_id("a\0b"), |e| matches!(e, EventError::InvalidId { .. })),
     ];
 
     // Another session holds the outbox tables exclusively; a statement from the test transaction
