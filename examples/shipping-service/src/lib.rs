@@ -7,7 +7,11 @@
 use outbox_consumer::{HandlerError, InboxLayer, InboxRequest, InboxRunner, RunnerHandle, Topology};
 use serde::Deserialize;
 use sqlx::PgPool;
+use sqlx::migrate::MigrateDatabase;
 use tower::Layer;
+
+/// Any error of the set-up.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The consumer name of this service in the inbox tables.
 pub const CONSUMER: &str = "shipping";
@@ -20,12 +24,44 @@ struct OrderChanged {
     status: String,
 }
 
+/// The key of the advisory lock that serialises [`migrate`] across processes (ASCII "shipping").
+const SETUP_LOCK: i64 = 0x7368_6970_7069_6e67;
+
+/// Creates the database of `url` unless it exists. Safe when several processes start at once: a
+/// database created meanwhile by another one is fine.
+///
+/// # Errors
+/// The server cannot be reached or refuses to create the database.
+pub async fn create_database_if_missing(url: &str) -> Result<(), sqlx::Error> {
+    if sqlx::Postgres::database_exists(url).await? {
+        return Ok(());
+    }
+    match sqlx::Postgres::create_database(url).await {
+        // 42P04 duplicate_database; 23505 when the other CREATE DATABASE had not committed yet.
+        Err(sqlx::Error::Database(e)) if matches!(e.code().as_deref(), Some("42P04" | "23505")) => Ok(()),
+        other => other,
+    }
+}
+
 /// Creates the `shipments` table and the inbox tables.
+///
+/// Safe when several processes start at once on one database: the set-up runs while holding a
+/// session advisory lock, so one process creates the tables and the others find them done.
 ///
 /// # Errors
 /// A database or migration error.
-pub async fn migrate(pool: &PgPool) -> Result<(), outbox_consumer::Error> {
-    outbox_consumer::migrate(pool).await.map_err(|e| outbox_consumer::Error::Layer(e.to_string()))?;
+pub async fn migrate(pool: &PgPool) -> Result<(), BoxError> {
+    // A connection of its own, closed afterwards: the lock is released even if the set-up fails,
+    // and a connection holding it never goes back to the pool.
+    let mut lock = pool.acquire().await?.detach();
+    sqlx::query("SELECT pg_advisory_lock($1)").bind(SETUP_LOCK).execute(&mut lock).await?;
+    let result = migrate_locked(pool).await;
+    let _ = sqlx::Connection::close(lock).await;
+    result
+}
+
+async fn migrate_locked(pool: &PgPool) -> Result<(), BoxError> {
+    outbox_consumer::migrate(pool).await?;
     sqlx::query(
         "CREATE TABLE IF NOT EXISTS shipments (
              n bigserial PRIMARY KEY, order_id bigint NOT NULL, version bigint NOT NULL, status text NOT NULL,
@@ -76,6 +112,9 @@ pub async fn start(
     let topology = outbox_consumer::declare_partitions(&channel, exchange, queue_base, "partition.", partitions)
         .await
         .map_err(|e| outbox_consumer::Error::Amqp(e.to_string()))?;
+    // Close the channel before its connection: a channel dropped while its connection closes
+    // makes lapin log a spurious "Connection error".
+    let _ = channel.close(200, "declared".into()).await;
     let _ = conn.close(200, "declared".into()).await;
     let service = InboxLayer::new(pool.clone(), CONSUMER).layer(tower::service_fn(apply));
     let runner =

@@ -1,38 +1,105 @@
-//! The shipping service on its own: applies order events until Ctrl-C.
+//! The shipping service on its own: applies order events until SIGTERM or Ctrl-C.
 //!
 //! Run: `cargo run -p shipping-service`
 //!
-//! Environment: `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/outbox_example_shipping`,
-//! created if missing), `AMQP_URL` (default `amqp://guest:guest@127.0.0.1:5672/%2f`), `EXCHANGE`
-//! (default `orders.events`), `QUEUE_BASE` (default `shipping.orders`), `PARTITIONS` (default 4),
-//! `RUST_LOG`. Consumes the partition queues `<QUEUE_BASE>.<n>` bound to the exchange; run several
-//! processes and each queue has one active consumer, the others standing by. Stops on SIGTERM or
-//! Ctrl-C after finishing the deliveries in hand.
+//! Environment (all optional):
+//!
+//! - `DATABASE_URL`: default `postgres://postgres@127.0.0.1:5432/outbox_example_shipping`; the
+//!   database is created if missing, then the `shipments` table and the inbox tables.
+//! - `AMQP_URL`: default `amqp://guest:guest@127.0.0.1:5672/%2f`.
+//! - `EXCHANGE`: default `orders.events`, the topic exchange the orders service publishes to
+//!   (declared if missing).
+//! - `QUEUE_BASE`: default `shipping.orders`; the partition queues are `<QUEUE_BASE>.<n>`.
+//! - `PARTITIONS`: default `4`, as many as the orders service's.
+//! - `RUST_LOG`: default `info`.
+//!
+//! Start it before the orders service, so that its queues exist when the events are published.
+//! Run several processes at once, as many as you like: they set up the database one after the
+//! other, and each queue has one active consumer, the others standing by. Logs
+//! `shipping-service ready` once it consumes. Stops on SIGTERM or Ctrl-C after finishing the
+//! deliveries in hand.
 
-use sqlx::migrate::MigrateDatabase;
+use std::process::ExitCode;
+use std::str::FromStr;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use shipping_service::BoxError;
+use tracing_subscriber::EnvFilter;
 
-#[tokio::main]
-async fn main() -> Result<(), BoxError> {
-    tracing_subscriber::fmt().with_env_filter(std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into())).init();
-    let db = std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/outbox_example_shipping".into());
-    let amqp = std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into());
-    if !sqlx::Postgres::database_exists(&db).await? {
-        sqlx::Postgres::create_database(&db).await?;
+/// The settings read from the environment.
+struct Settings {
+    database_url: String,
+    amqp_url: String,
+    exchange: String,
+    queue_base: String,
+    partitions: u32,
+}
+
+fn env_or(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_owned())
+}
+
+/// An optional numeric setting; the error names the variable.
+fn env_number<T: FromStr>(name: &str, default: T) -> Result<T, BoxError> {
+    match std::env::var(name) {
+        Ok(v) => v.parse().map_err(|_| format!("{name} must be a number, got {v:?}").into()),
+        Err(_) => Ok(default),
     }
-    let pool = sqlx::PgPool::connect(&db).await?;
-    shipping_service::migrate(&pool).await?;
-    let exchange = std::env::var("EXCHANGE").unwrap_or_else(|_| "orders.events".into());
-    let queue_base = std::env::var("QUEUE_BASE").unwrap_or_else(|_| "shipping.orders".into());
-    let partitions: u32 = std::env::var("PARTITIONS").ok().map(|p| p.parse()).transpose()?.unwrap_or(4);
-    let (runner, _) = shipping_service::start(&pool, &amqp, &exchange, &queue_base, partitions).await?;
+}
+
+impl Settings {
+    fn from_env() -> Result<Self, BoxError> {
+        Ok(Self {
+            database_url: env_or("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/outbox_example_shipping"),
+            amqp_url: env_or("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f"),
+            exchange: env_or("EXCHANGE", "orders.events"),
+            queue_base: env_or("QUEUE_BASE", "shipping.orders"),
+            partitions: env_number("PARTITIONS", 4)?,
+        })
+    }
+}
+
+/// Logs at `RUST_LOG` (default `info`), never letting lapin log message content.
+fn init_tracing() {
+    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    for d in outbox_core::REDACTING_LOG_DIRECTIVES {
+        filter = filter.add_directive(d.parse().expect("constant directive"));
+    }
+    tracing_subscriber::fmt().with_env_filter(filter).init();
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn shutdown_signal() -> Result<(), BoxError> {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
-        _ = term.recv() => {}
-        r = tokio::signal::ctrl_c() => r?,
+        _ = term.recv() => Ok(()),
+        r = tokio::signal::ctrl_c() => Ok(r?),
     }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    init_tracing();
+    // Errors are shown with their message only (`Display`): a database error's `Debug` form
+    // carries PostgreSQL's DETAIL, which can quote a row.
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shipping-service: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Result<(), BoxError> {
+    let s = Settings::from_env()?;
+    shipping_service::create_database_if_missing(&s.database_url).await?;
+    let pool = sqlx::PgPool::connect(&s.database_url).await?;
+    shipping_service::migrate(&pool).await?;
+    let (runner, _) = shipping_service::start(&pool, &s.amqp_url, &s.exchange, &s.queue_base, s.partitions).await?;
+    tracing::info!(exchange = %s.exchange, queues = %format!("{}.0..{}", s.queue_base, s.partitions.saturating_sub(1)), "shipping-service ready");
+    shutdown_signal().await?;
+    tracing::info!("stopping: finishing the deliveries in hand");
     runner.shutdown().await?;
+    pool.close().await;
     Ok(())
 }
