@@ -8,6 +8,7 @@ use outbox_core::NewEvent;
 use outbox_producer::Outbox;
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
+use sqlx::migrate::MigrateDatabase;
 
 /// The event every change publishes (the wire payload, version 1).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -25,11 +26,43 @@ pub struct OrderChanged {
 /// Statuses an order goes through, in a loop.
 const STATUSES: [&str; 4] = ["placed", "paid", "packed", "shipped"];
 
+/// The key of the advisory lock that serialises [`migrate`] across processes (ASCII "orders..").
+const SETUP_LOCK: i64 = 0x6f72_6465_7273_2e2e;
+
+/// Creates the database of `url` unless it exists. Safe when several processes start at once: a
+/// database created meanwhile by another one is fine.
+///
+/// # Errors
+/// The server cannot be reached or refuses to create the database.
+pub async fn create_database_if_missing(url: &str) -> Result<(), sqlx::Error> {
+    if sqlx::Postgres::database_exists(url).await? {
+        return Ok(());
+    }
+    match sqlx::Postgres::create_database(url).await {
+        // 42P04 duplicate_database; 23505 when the other CREATE DATABASE had not committed yet.
+        Err(sqlx::Error::Database(e)) if matches!(e.code().as_deref(), Some("42P04" | "23505")) => Ok(()),
+        other => other,
+    }
+}
+
 /// Creates the `orders` table and the outbox tables.
+///
+/// Safe when several processes start at once on one database: the set-up runs while holding a
+/// session advisory lock, so one process creates the tables and the others find them done.
 ///
 /// # Errors
 /// A database or migration error.
 pub async fn migrate(pool: &PgPool) -> Result<(), outbox_producer::Error> {
+    // A connection of its own, closed afterwards: the lock is released even if the set-up fails,
+    // and a connection holding it never goes back to the pool.
+    let mut lock = pool.acquire().await?.detach();
+    sqlx::query("SELECT pg_advisory_lock($1)").bind(SETUP_LOCK).execute(&mut lock).await?;
+    let result = migrate_locked(pool).await;
+    let _ = sqlx::Connection::close(lock).await;
+    result
+}
+
+async fn migrate_locked(pool: &PgPool) -> Result<(), outbox_producer::Error> {
     outbox_producer::migrate(pool).await?;
     sqlx::query(
         "CREATE TABLE IF NOT EXISTS orders (

@@ -1,47 +1,181 @@
-//! The orders service on its own: writes order changes and relays their events until Ctrl-C.
+//! The orders service on its own: writes order changes, each with its event in one transaction,
+//! and relays the events to RabbitMQ until SIGTERM or Ctrl-C.
 //!
-//! Run: `cargo run -p orders-service -- [changes] [orders]` (defaults 1000 changes over 100 orders)
+//! Run: `cargo run -p orders-service -- [changes] [orders]`
 //!
-//! Environment: `DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/outbox_example`, created
-//! if missing), `AMQP_URL` (default `amqp://guest:guest@127.0.0.1:5672/%2f`), `RUST_LOG`.
-//! Events go to the topic exchange `orders.events`, routing key `partition.<n>` over 4 partitions.
+//! Arguments and environment (all optional):
+//!
+//! - `changes` (first argument) or `CHANGES`: default `1000` changes, each to a random order.
+//! - `orders` (second argument) or `ORDERS`: default `100` orders (`order-1` ... `order-100`).
+//! - `DATABASE_URL`: default `postgres://postgres@127.0.0.1:5432/outbox_example_orders`; the
+//!   database is created if missing, then the `orders` table and the outbox tables.
+//! - `AMQP_URL`: default `amqp://guest:guest@127.0.0.1:5672/%2f`.
+//! - `EXCHANGE`: default `orders.events`, the topic exchange the events are published to (declared
+//!   if missing).
+//! - `PARTITIONS`: default `4`; the routing key is `partition.<n>`, `n` a stable hash of the order.
+//! - `RELAY_SECS`: unset by default (relay until SIGTERM or Ctrl-C); a number of seconds to relay
+//!   after the changes are written, then stop by itself.
+//! - `RUST_LOG`: default `info`.
+//!
+//! Start the shipping service first (`cargo run -p shipping-service`, same `EXCHANGE` and
+//! `PARTITIONS`): it declares the queues. An event published while no queue is bound comes back
+//! unroutable and is quarantined (see `docs/quarantine.md`). Several processes may run at once on
+//! one database. On SIGTERM or Ctrl-C it stops writing, lets the relay finish the confirms in
+//! flight, and exits.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::process::ExitCode;
+use std::str::FromStr;
 use std::time::Duration;
 
-use outbox_producer::{AmqpPublisher, Outbox, Partitioned, Relay};
+use outbox_producer::{AmqpPublisher, Outbox, Partitioned, Relay, RelayHandle};
 use rand::Rng;
-use sqlx::migrate::MigrateDatabase;
+use sqlx::PgPool;
+use tracing_subscriber::EnvFilter;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-#[tokio::main]
-async fn main() -> Result<(), BoxError> {
-    tracing_subscriber::fmt().with_env_filter(std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into())).init();
-    let mut args = std::env::args().skip(1);
-    let changes: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(1000);
-    let orders: i64 = args.next().map(|a| a.parse()).transpose()?.unwrap_or(100);
-    let db =
-        std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/outbox_example".into());
-    let amqp = std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into());
-    if !sqlx::Postgres::database_exists(&db).await? {
-        sqlx::Postgres::create_database(&db).await?;
+/// The settings read from the arguments and the environment.
+struct Settings {
+    changes: usize,
+    orders: i64,
+    database_url: String,
+    amqp_url: String,
+    exchange: String,
+    partitions: u32,
+    relay_for: Option<Duration>,
+}
+
+fn env_or(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_owned())
+}
+
+/// A numeric setting: `arg` if given, else the variable `name`, else `default`.
+fn number<T: FromStr>(arg: Option<String>, name: &str, default: T) -> Result<T, BoxError> {
+    match arg.or_else(|| std::env::var(name).ok()) {
+        Some(v) => v.parse().map_err(|_| format!("{name} must be a number, got {v:?}").into()),
+        None => Ok(default),
     }
-    let pool = sqlx::PgPool::connect(&db).await?;
-    orders_service::migrate(&pool).await?;
-    let relay = Relay::builder(pool.clone(), AmqpPublisher::builder(amqp).build())
-        .exchange("orders.events")
-        .routing(Partitioned::new(4))
+}
+
+impl Settings {
+    fn from_env() -> Result<Self, BoxError> {
+        let mut args = std::env::args().skip(1);
+        let changes = number(args.next(), "CHANGES", 1000)?;
+        let orders: i64 = number(args.next(), "ORDERS", 100)?;
+        if orders < 1 {
+            return Err("ORDERS must be at least 1".into());
+        }
+        let relay_secs = std::env::var("RELAY_SECS").ok().map(|v| number(Some(v), "RELAY_SECS", 0)).transpose()?;
+        Ok(Self {
+            changes,
+            orders,
+            database_url: env_or("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/outbox_example_orders"),
+            amqp_url: env_or("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f"),
+            exchange: env_or("EXCHANGE", "orders.events"),
+            partitions: number(None, "PARTITIONS", 4)?,
+            relay_for: relay_secs.map(Duration::from_secs),
+        })
+    }
+}
+
+/// Logs at `RUST_LOG` (default `info`), never letting lapin log message content.
+fn init_tracing() {
+    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    for d in outbox_core::REDACTING_LOG_DIRECTIVES {
+        filter = filter.add_directive(d.parse().expect("constant directive"));
+    }
+    tracing_subscriber::fmt().with_env_filter(filter).init();
+}
+
+/// A future that resolves on SIGTERM or Ctrl-C (SIGINT). Both are caught from this call on, not
+/// only once the future is polled.
+fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (mut term, mut int) = (signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?);
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received"),
+            _ = int.recv() => tracing::info!("Ctrl-C received"),
+        }
+    })
+}
+
+fn start_relay(pool: &PgPool, s: &Settings) -> Result<RelayHandle, outbox_producer::Error> {
+    let publisher = AmqpPublisher::builder(&s.amqp_url).connection_name("orders-service").build();
+    let relay = Relay::builder(pool.clone(), publisher)
+        .exchange(&s.exchange)
+        .routing(Partitioned::new(s.partitions))
         .app_id("orders-service")
-        .build()?
-        .spawn();
+        .build()?;
+    Ok(relay.spawn())
+}
+
+async fn write_changes(pool: &PgPool, changes: usize, orders: i64) -> Result<(), BoxError> {
     let outbox = Outbox::new();
     for _ in 0..changes {
         let id = rand::rng().random_range(1..=orders);
-        orders_service::change_order(&pool, &outbox, id).await?;
+        orders_service::change_order(pool, &outbox, id).await?;
     }
-    tracing::info!(changes, "changes written; relaying until Ctrl-C");
-    tokio::signal::ctrl_c().await?;
-    relay.shutdown().await?;
-    tokio::time::sleep(Duration::ZERO).await;
     Ok(())
+}
+
+/// Writes the changes, then relays until `stop` (or for `RELAY_SECS`); `stop` ends the writing too.
+async fn write_then_relay(
+    pool: &PgPool,
+    s: &Settings,
+    mut stop: Pin<&mut impl Future<Output = ()>>,
+) -> Result<(), BoxError> {
+    tokio::select! {
+        written = write_changes(pool, s.changes, s.orders) => written?,
+        () = stop.as_mut() => {
+            tracing::info!("stopping before every change was written");
+            return Ok(());
+        }
+    }
+    match s.relay_for {
+        Some(d) => {
+            tracing::info!(changes = s.changes, relay_secs = d.as_secs(), "changes written; relaying, then stopping");
+            tokio::select! {
+                () = tokio::time::sleep(d) => {}
+                () = stop => {}
+            }
+        }
+        None => {
+            tracing::info!(changes = s.changes, "changes written; relaying until SIGTERM or Ctrl-C");
+            stop.await;
+        }
+    }
+    Ok(())
+}
+
+async fn run() -> Result<(), BoxError> {
+    let s = Settings::from_env()?;
+    let stop = shutdown_signal()?;
+    let mut stop = std::pin::pin!(stop);
+    orders_service::create_database_if_missing(&s.database_url).await?;
+    let pool = PgPool::connect(&s.database_url).await?;
+    orders_service::migrate(&pool).await?;
+    let relay = start_relay(&pool, &s)?;
+    let result = write_then_relay(&pool, &s, stop.as_mut()).await;
+    tracing::info!("stopping the relay: awaiting the confirms in flight");
+    let stopped = relay.shutdown().await;
+    pool.close().await;
+    result?;
+    Ok(stopped?)
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    init_tracing();
+    // Errors are shown with their message only (`Display`): a database error's `Debug` form
+    // carries PostgreSQL's DETAIL, which can quote a row.
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("orders-service: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
