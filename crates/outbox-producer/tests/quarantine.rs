@@ -57,3 +57,44 @@ async fn message_over_the_brokers_size_limit_is_quarantined_by_the_broker_answer
     assert_eq!(h.recorder().ids(), [small].into_iter().collect());
     h.close().await.expect("cleanup");
 }
+
+/// The relay's periodic re-check releases rows held behind a quarantined event only once no
+/// earlier event of their entity is quarantined; rows held behind other held rows of a quarantine
+/// that stands stay held (releasing them only had the next claim hold them again, and logged a
+/// release on every relay start).
+#[tokio::test]
+async fn held_rows_are_released_only_when_their_quarantine_is_resolved() {
+    let db = outbox_testkit::TestDb::new().await.expect("db");
+    let pool = db.pool();
+    let outbox = Outbox::new();
+    for entity in ["stands", "resolved"] {
+        for _ in 0..4 {
+            enqueue_one(pool, &outbox, entity, 10).await;
+        }
+    }
+    // What claims leave behind a quarantined head: the head quarantined, its successors held.
+    sqlx::query("UPDATE outbox_events SET status = 'quarantined', quarantined_at = now() WHERE seq = 1")
+        .execute(pool)
+        .await
+        .expect("quarantine the heads");
+    sqlx::query("UPDATE outbox_events SET next_attempt_at = 'infinity' WHERE seq > 1")
+        .execute(pool)
+        .await
+        .expect("hold");
+    assert_eq!(outbox_producer::admin::release_held(pool).await.expect("re-check"), 0, "every quarantine stands");
+
+    // An operator resolved one head without waking its successors (the race the re-check closes).
+    sqlx::query("UPDATE outbox_events SET status = 'skipped' WHERE entity_key = 'resolved' AND seq = 1")
+        .execute(pool)
+        .await
+        .expect("skip");
+    assert_eq!(outbox_producer::admin::release_held(pool).await.expect("re-check"), 3);
+    let held: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT entity_key, seq FROM outbox_events WHERE next_attempt_at = 'infinity' ORDER BY entity_key, seq",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("held");
+    assert_eq!(held, [("stands".to_owned(), 2), ("stands".to_owned(), 3), ("stands".to_owned(), 4)]);
+    db.close().await.expect("cleanup");
+}

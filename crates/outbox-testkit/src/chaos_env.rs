@@ -36,12 +36,9 @@ pub(crate) fn millis(name: &'static str, default: u64) -> Result<Duration, Confi
     }
 }
 
-/// Logs to stderr at the level of `RUST_LOG` (default `warn`).
+/// Logs to stderr at the level of `RUST_LOG` (default `warn`), never a payload.
 pub(crate) fn init_logging() {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
-        .with_writer(std::io::stderr)
-        .init();
+    tracing_subscriber::fmt().with_env_filter(outbox_testkit::log_filter("warn")).with_writer(std::io::stderr).init();
 }
 
 /// A lazily connecting pool on `DATABASE_URL` whose connections carry `name` as `application_name`.

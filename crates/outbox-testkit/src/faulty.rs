@@ -135,4 +135,8 @@ impl<P: Publisher> Publisher for FaultyPublisher<P> {
     async fn declare_exchange(&self, exchange: &str, kind: ExchangeKind) -> Result<(), PublishFailure> {
         self.inner.declare_exchange(exchange, kind).await
     }
+
+    async fn connect(&self) -> Result<(), PublishFailure> {
+        self.inner.connect().await
+    }
 }

@@ -58,6 +58,19 @@ pub use reconcile::{
 };
 pub use recorder::{Record, Recorder};
 
+/// The log filter of the testkit's processes and the bench: `RUST_LOG` (or `default`), then
+/// [`outbox_core::REDACTING_LOG_DIRECTIVES`], so that no payload reaches a log line.
+pub fn log_filter(default: &str) -> tracing_subscriber::EnvFilter {
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    for directive in outbox_core::REDACTING_LOG_DIRECTIVES {
+        if let Ok(d) = directive.parse() {
+            filter = filter.add_directive(d);
+        }
+    }
+    filter
+}
+
 /// A random lowercase suffix for names of test resources.
 pub fn unique_suffix() -> String {
     use rand::Rng;

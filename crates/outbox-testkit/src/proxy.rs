@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -46,6 +47,7 @@ struct State {
 pub struct ChaosProxy {
     addr: SocketAddr,
     state: Arc<watch::Sender<State>>,
+    accepted: Arc<AtomicU64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -60,18 +62,27 @@ impl ChaosProxy {
         let (tx, _) = watch::channel(State { mode: Mode::Pass, latency: Duration::ZERO, generation: 0 });
         let state = Arc::new(tx);
         let shared = state.clone();
+        let accepted = Arc::new(AtomicU64::new(0));
+        let counter = accepted.clone();
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
+                counter.fetch_add(1, Ordering::SeqCst);
                 let rx = shared.subscribe();
                 tokio::spawn(serve(client, upstream, rx));
             }
         });
-        Ok(Self { addr, state, task })
+        Ok(Self { addr, state, accepted, task })
     }
 
     /// The address to connect to.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// How many connections the proxy has accepted so far, refused ones included: a client's
+    /// attempts to (re)connect.
+    pub fn connections(&self) -> u64 {
+        self.accepted.load(Ordering::SeqCst)
     }
 
     /// Closes every connection open now (new ones are accepted as the mode says).

@@ -123,6 +123,16 @@ async fn resolve(pool: &PgPool, id: EventId, update: &'static str, action: &'sta
     Ok(true)
 }
 
+/// Makes events held behind a quarantined event due again where no earlier event of their entity
+/// is quarantined any more (the relay does this every 30 polls; a retry or skip wakes the
+/// successors at once). Returns how many were released.
+///
+/// # Errors
+/// A database error.
+pub async fn release_held(pool: &PgPool) -> Result<u64> {
+    super::store::release_held(pool).await
+}
+
 /// Sends a quarantined event again: the same row and event id, attempts reset to 0, due now.
 /// Returns `false` if no quarantined event has this id.
 ///

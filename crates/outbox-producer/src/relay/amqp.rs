@@ -384,11 +384,13 @@ async fn confirm_outcome(pending: lapin::PublisherConfirm) -> PublishOutcome {
     }
 }
 
-/// A confirm lost with its connection (dropped, reset, heartbeat missed) is the broker's outage,
-/// not the message's failure; anything the broker said about it is classified as usual.
+/// A message not sent or a confirm lost because the connection or channel is gone (dropped, reset,
+/// heartbeat missed, closed over another message) is not the message's failure; anything the
+/// broker said about the message itself is classified as usual.
 fn lost_or_classified(error: &lapin::Error) -> PublishFailure {
     match error.kind() {
         lapin::ErrorKind::IOError(_)
+        | lapin::ErrorKind::InvalidChannelState(..)
         | lapin::ErrorKind::InvalidConnectionState(_)
         | lapin::ErrorKind::MissingHeartbeatError
         | lapin::ErrorKind::RuntimeShutdownError(_) => {
@@ -440,7 +442,7 @@ impl Publisher for AmqpPublisher {
             {
                 Ok(pending) => out.push(Box::pin(confirm(pending, body_len))),
                 Err(e) => {
-                    let failure = match blame(PublishOutcome::Failed(classify(&e)), body_len) {
+                    let failure = match blame(PublishOutcome::Failed(lost_or_classified(&e)), body_len) {
                         PublishOutcome::Failed(f) => f,
                         PublishOutcome::Confirmed => PublishFailure::new(FailureKind::Transient, "unknown"),
                     };
@@ -478,7 +480,8 @@ mod tests {
     fn malformed_urls_are_refused_without_quoting_them() {
         assert_eq!(check_url("amqp://guest:guest@127.0.0.1:5672/%2f"), Ok(()));
         assert_eq!(check_url("amqps://u:p@broker.example/vhost"), Ok(()));
-        for bad in ["amqp:guest:s3cret@127.0.0.1", "http://guest:s3cret@127.0.0.1", "amqp://guest:s3cret@127.0.0.1:abc/"]
+        for bad in
+            ["amqp:guest:s3cret@127.0.0.1", "http://guest:s3cret@127.0.0.1", "amqp://guest:s3cret@127.0.0.1:abc/"]
         {
             let why = check_url(bad).expect_err(bad);
             assert!(!why.contains("s3cret"), "{why}");

@@ -372,6 +372,9 @@ pub struct BatchReport {
     /// Rows given back unsent because an earlier event of their entity in the same batch was not
     /// confirmed (see [`RelayBuilder::events_per_entity`]).
     pub held_back: usize,
+    /// Rows given back because the broker could not be reached (or the connection was lost before
+    /// their confirm came); no attempt is charged, and the relay pauses until the broker answers.
+    pub unavailable: usize,
 }
 
 /// A running relay task.
@@ -412,6 +415,10 @@ impl RelayHandle {
     }
 }
 
+/// How often a relay paused by a broker outage asks the publisher whether it is connected again
+/// (the publisher's own reconnect back-off decides when it really tries).
+const PAUSED_CHECK: Duration = Duration::from_millis(100);
+
 /// How long the claim loop waits after a claim that found nothing.
 enum IdleWait {
     /// A fast poll while lingering: `fast_poll_interval` from the start of that claim.
@@ -431,9 +438,14 @@ struct Flight {
     want_room: bool,
     /// A recorded outcome marked rows of an entity published: their successors may be ready.
     successors: bool,
-    /// No claims before this (a broker outage, a failing database).
+    /// No claims before this (a failing database, a broker that fails every message).
     backoff_until: Option<tokio::time::Instant>,
     backoff: Duration,
+    /// The broker could not be reached: no claims until the publisher connects again.
+    paused: bool,
+    /// Tokens of claims whose answer was lost with the database connection: whatever they took is
+    /// given back before the next claim.
+    orphaned: Vec<Uuid>,
 }
 
 impl Flight {
@@ -450,29 +462,44 @@ impl Flight {
         self.messages -= n;
         let room_made = std::mem::take(&mut self.want_room);
         match result {
+            Ok(report) if report.unavailable > 0 => {
+                if !self.paused {
+                    tracing::warn!(
+                        given_back = report.unavailable,
+                        "the broker cannot be reached; claims pause until it answers (no attempt is charged)"
+                    );
+                }
+                self.paused = true;
+                self.successors |= ordered && report.published > 0;
+            }
             Ok(report) if report.published > 0 || report.retried + report.quarantined == 0 => {
                 self.backoff = Duration::ZERO;
                 self.backoff_until = None;
                 self.successors |= ordered && report.published > 0;
             }
             Ok(_) => {
-                // Nothing of the batch got through (broker down?): back off before claiming more,
-                // so that a broker outage is not a hot loop over the backlog.
-                self.back_off();
+                // The broker refused every message of the batch: back off before claiming more,
+                // so that it is not a hot loop over the backlog.
+                self.back_off(Duration::from_secs(5));
             }
             Err(Error::Crashed) => return Err(Error::Crashed),
             Err(e) => {
-                tracing::warn!(error = %e, kind = %e.kind(), "recording a batch's outcome failed; its rows are published again after the lease");
-                self.back_off();
+                tracing::warn!(error = %e, kind = %e.kind(), "recording a batch's outcome failed for the length of its lease; its rows are published again");
+                self.back_off(Duration::from_secs(1));
             }
         }
         Ok(room_made || self.successors)
     }
 
-    /// Doubles the back-off (100 ms to 5 s): no claims until it has passed.
-    fn back_off(&mut self) {
-        self.backoff = (self.backoff * 2).clamp(Duration::from_millis(100), Duration::from_secs(5));
+    /// Doubles the back-off (100 ms to `cap`): no claims until it has passed.
+    fn back_off(&mut self, cap: Duration) {
+        self.backoff = (self.backoff * 2).clamp(Duration::from_millis(100), cap);
         self.backoff_until = Some(tokio::time::Instant::now() + self.backoff);
+    }
+
+    /// Whether claims wait for a back-off that has not passed yet.
+    fn backing_off(&self) -> bool {
+        self.backoff_until.is_some_and(|t| t > tokio::time::Instant::now())
     }
 }
 
@@ -612,9 +639,11 @@ impl<P: Publisher> Relay<P> {
             tokio::pin!(notified);
             notified.as_mut().enable();
             let limit = s.batch_size.min(s.confirm_window.saturating_sub(flight.messages));
-            let wait = if flight.backoff_until.is_some_and(|t| t > tokio::time::Instant::now()) {
-                // Nothing of the last batches got through (broker down?): no new claims meanwhile.
+            let wait = if flight.backing_off() {
+                // The database or the broker failed the last attempts: no new claims meanwhile.
                 flight.backoff_until.map(|t| t - tokio::time::Instant::now())
+            } else if let Some(wait) = self.before_claim(&mut flight).await {
+                Some(wait)
             } else if flight.messages > 0 && limit < s.batch_size.min(s.confirm_window) {
                 // The window is full: wait for an outcome to make room.
                 flight.want_room = true;
@@ -625,12 +654,13 @@ impl<P: Publisher> Relay<P> {
                 // stretch the interval between two looks at the table.
                 let started = tokio::time::Instant::now();
                 let since_start = |d: Duration| d.saturating_sub(started.elapsed());
-                match self.claim(limit).await {
-                    Ok((claimed, _)) if claimed.is_empty() => Some(match self.idle_wait(&mut quiet_since).await {
+                let token = Uuid::new_v4();
+                match self.claim(limit, token).await {
+                    Ok(claimed) if claimed.is_empty() => Some(match self.idle_wait(&mut quiet_since).await {
                         IdleWait::FastPoll => since_start(s.fast_poll_interval),
                         IdleWait::For(wait) => wait,
                     }),
-                    Ok((claimed, token)) => {
+                    Ok(claimed) => {
                         quiet_since = None;
                         if self.shared.listening.swap(false, Ordering::SeqCst)
                             && let Err(e) = store::unlisten(&self.shared.pool, &s.relay_id).await
@@ -662,7 +692,9 @@ impl<P: Publisher> Relay<P> {
                     Err(Error::Crashed) => return Err(Error::Crashed),
                     Err(e) => {
                         tracing::warn!(error = %e, kind = %e.kind(), "relay claim failed; retrying");
-                        flight.back_off();
+                        // The claim may have taken rows before its answer was lost.
+                        flight.orphaned.push(token);
+                        flight.back_off(Duration::from_secs(1));
                         Some(flight.backoff)
                     }
                 }
@@ -727,7 +759,8 @@ impl<P: Publisher> Relay<P> {
     /// A database error (the claimed rows stay leased and are retried after the lease).
     pub async fn run_batch(&self) -> Result<BatchReport> {
         let (_tx, rx) = watch::channel(false);
-        let (claimed, token) = self.claim(self.shared.settings.batch_size).await?;
+        let token = Uuid::new_v4();
+        let claimed = self.claim(self.shared.settings.batch_size, token).await?;
         self.deliver(claimed, token, rx).await
     }
 
@@ -753,10 +786,41 @@ impl<P: Publisher> Relay<P> {
             .collect()
     }
 
-    /// Claims up to `limit` rows under a new claim token.
-    async fn claim(&self, limit: usize) -> Result<(Vec<store::Claimed>, Uuid)> {
+    /// What must happen before the next claim: rows of claims whose answer was lost are given
+    /// back, and while the broker cannot be reached the publisher must connect first. Returns how
+    /// long to wait if the claim must wait.
+    async fn before_claim(&self, flight: &mut Flight) -> Option<Duration> {
+        while let Some(&token) = flight.orphaned.last() {
+            match store::release_claim(&self.shared.pool, token).await {
+                Ok(n) => {
+                    tracing::debug!(released = n, "rows of a claim whose answer was lost are given back");
+                    flight.orphaned.pop();
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot give back a lost claim's rows yet");
+                    flight.back_off(Duration::from_secs(1));
+                    return Some(flight.backoff);
+                }
+            }
+        }
+        if !flight.paused {
+            return None;
+        }
+        match self.shared.publisher.connect().await {
+            Ok(()) => {
+                tracing::info!("the broker answers again; claims resume");
+                flight.paused = false;
+                None
+            }
+            // The publisher paces its own reconnects (and logs each attempt): look again soon,
+            // so that claims resume as soon as it is connected.
+            Err(_) => Some(PAUSED_CHECK),
+        }
+    }
+
+    /// Claims up to `limit` rows under the claim token `token`.
+    async fn claim(&self, limit: usize, token: Uuid) -> Result<Vec<store::Claimed>> {
         let s = &self.shared.settings;
-        let token = Uuid::new_v4();
         let claimed = {
             let _one_at_a_time = self.shared.claiming.lock().await;
             let started = Instant::now();
@@ -776,7 +840,7 @@ impl<P: Publisher> Relay<P> {
         if !claimed.is_empty() {
             self.crash_if(CrashPoint::AfterClaim)?;
         }
-        Ok((claimed, token))
+        Ok(claimed)
     }
 
     /// Publishes a claimed batch, awaits its confirms (until the confirm timeout, or until a hard
@@ -785,17 +849,41 @@ impl<P: Publisher> Relay<P> {
         &self,
         claimed: Vec<store::Claimed>,
         token: Uuid,
-        mut hard: watch::Receiver<bool>,
+        hard: watch::Receiver<bool>,
     ) -> Result<BatchReport> {
-        let s = &self.shared.settings;
-        let pool = &self.shared.pool;
-        let mut report = BatchReport { claimed: claimed.len(), ..BatchReport::default() };
+        // The claim's lease runs from about now: outcomes are worth recording until it ends.
+        let lease_ends = tokio::time::Instant::now() + self.shared.settings.lease;
         if claimed.is_empty() {
-            return Ok(report);
+            return Ok(BatchReport::default());
         }
+        let sent = self.publish_runs(&claimed, hard.clone()).await?;
+        #[cfg(feature = "fail-points")]
+        self.crash_if(CrashPoint::AfterConfirmBeforeMark)?;
+        if self.shared.crashed.load(Ordering::SeqCst) {
+            // Another batch of this relay reached a crash point: it is "dead", it writes nothing.
+            return Err(Error::Crashed);
+        }
+        let sorted = self.sort_outcomes(&claimed, sent);
+        let mut report = BatchReport { claimed: claimed.len(), ..BatchReport::default() };
+        self.record(&sorted, token, &mut report, Recording { lease_ends, hard }).await?;
+        metrics::counter!("outbox_published_total").increment(report.published as u64);
+        metrics::counter!("outbox_quarantined_total").increment(report.quarantined as u64);
+        if report.lost_claims > 0 {
+            metrics::counter!("outbox_lost_claims_total").increment(report.lost_claims as u64);
+            tracing::warn!(
+                lost = report.lost_claims,
+                "claims were taken over by another relay before their outcome was recorded"
+            );
+        }
+        tracing::debug!(?report, "outbox.batch");
+        Ok(report)
+    }
 
-        // The batch's events per entity, in sequence order: an entity's first event goes out at
-        // once, each later one when the broker confirmed the one before it (G4).
+    /// Publishes the batch's events per entity, in sequence order: an entity's first event goes out
+    /// at once, each later one when the broker confirmed the one before it (G4). Awaits the
+    /// confirms until the timeout, or until a hard stop cuts the wait short.
+    async fn publish_runs(&self, claimed: &[store::Claimed], mut hard: watch::Receiver<bool>) -> Result<Sent> {
+        let s = &self.shared.settings;
         let mut outgoing: Vec<Option<OutgoingMessage>> = claimed
             .iter()
             .map(|c| {
@@ -807,13 +895,12 @@ impl<P: Publisher> Relay<P> {
                 })
             })
             .collect();
-        let (first, next) = runs(&claimed);
+        let (first, next) = runs(claimed);
         let mut pending = FuturesUnordered::new();
         pending.extend(self.send(&first, &mut outgoing).await);
         #[cfg(feature = "fail-points")]
         self.crash_if(CrashPoint::AfterPublishBeforeConfirm)?;
 
-        // Await the confirms until the timeout, or until a hard stop cuts the wait short.
         let mut outcomes: Vec<Option<PublishOutcome>> = vec![None; claimed.len()];
         let timeout = tokio::time::sleep(s.confirm_timeout);
         tokio::pin!(timeout);
@@ -841,40 +928,35 @@ impl<P: Publisher> Relay<P> {
                 pending.extend(self.send(&std::mem::take(&mut successors), &mut outgoing).await);
             }
         }
-        drop(pending);
-        #[cfg(feature = "fail-points")]
-        self.crash_if(CrashPoint::AfterConfirmBeforeMark)?;
-        if self.shared.crashed.load(Ordering::SeqCst) {
-            // Another batch of this relay reached a crash point: it is "dead", it writes nothing.
-            return Err(Error::Crashed);
-        }
+        let unsent = outgoing.iter().map(Option::is_some).collect();
+        Ok(Sent { outcomes, unsent, cut_short })
+    }
 
+    /// Decides what to record for each row of the batch (see [`classify_outcome`]).
+    fn sort_outcomes<'a>(&self, claimed: &'a [store::Claimed], sent: Sent) -> Outcomes<'a> {
+        let s = &self.shared.settings;
         let now = SystemTime::now();
-        let mut published = Vec::new();
-        let mut failures = Vec::new();
-        let mut released = Vec::new();
-        let mut unsent = Vec::new();
-        for ((c, outcome), message) in claimed.iter().zip(outcomes).zip(&outgoing) {
+        let mut sorted = Outcomes::default();
+        let rows = claimed.iter().zip(sent.outcomes).zip(sent.unsent);
+        for ((c, outcome), unsent) in rows {
             let id = c.event.id;
-            let failure = match outcome {
-                Some(PublishOutcome::Confirmed) => {
-                    published.push(c.tid.as_str());
+            let failure = match classify_outcome(outcome, unsent, sent.cut_short) {
+                Disposition::Published => {
+                    sorted.published.push(c.tid.as_str());
                     metrics::histogram!("outbox_commit_to_confirm_seconds")
                         .record(now.duration_since(c.event.created_at).unwrap_or_default().as_secs_f64());
                     continue;
                 }
-                Some(PublishOutcome::Failed(f)) => f,
-                None if message.is_some() => {
-                    unsent.push(*id.as_uuid());
+                Disposition::GiveBack => {
+                    sorted.released.push(*id.as_uuid());
                     continue;
                 }
-                None if cut_short => {
-                    released.push(*id.as_uuid());
+                Disposition::TakeBack { unavailable } => {
+                    sorted.unavailable += usize::from(unavailable);
+                    sorted.unsent.push(*id.as_uuid());
                     continue;
                 }
-                None => {
-                    PublishFailure::new(FailureKind::Transient, "no confirm from the broker within the confirm timeout")
-                }
+                Disposition::Failed(f) => f,
             };
             let (quarantine, delay) = match s.retry.decide(c.attempts, c.event.created_at, now, failure.kind) {
                 RetryDecision::RetryAt(t) => (false, t.duration_since(now).unwrap_or_default()),
@@ -886,37 +968,146 @@ impl<P: Publisher> Relay<P> {
             metrics::counter!("outbox_publish_failures_total", "kind" => failure.kind.as_str()).increment(1);
             tracing::debug!(event_id = %id, kind = %failure.kind, reason = %failure.reason, attempts = c.attempts, "outbox.publish_failed");
             let reason = if quarantine { format!("{} (quarantined)", failure.reason) } else { failure.reason };
-            failures.push(store::Failure { id, quarantine, delay, reason, kind: failure.kind });
+            sorted.failures.push(store::Failure { id, quarantine, delay, reason, kind: failure.kind });
         }
+        sorted
+    }
 
-        let recording = Instant::now();
-        let owned = store::mark_published(pool, &published, token).await?;
-        report.published = published.len();
-        report.lost_claims += published.len() - usize::try_from(owned).unwrap_or(0);
-        if let Some(every) = s.vacuum_after
+    /// Records a batch's outcomes, fenced by its claim token. A statement the database does not
+    /// answer (a restart, a dropped connection) is tried again until it does, while the claim's
+    /// lease lasts: the confirms are kept, so confirmed rows are not published again and the
+    /// entities' successors move on as soon as the database is back, instead of after the lease.
+    async fn record(
+        &self,
+        sorted: &Outcomes<'_>,
+        token: Uuid,
+        report: &mut BatchReport,
+        mut r: Recording,
+    ) -> Result<()> {
+        let pool = &self.shared.pool;
+        let started = Instant::now();
+        let owned = r.retry("mark published", || store::mark_published(pool, &sorted.published, token)).await?;
+        report.published = sorted.published.len();
+        report.lost_claims += sorted.published.len() - usize::try_from(owned).unwrap_or(0);
+        if let Some(every) = self.shared.settings.vacuum_after
             && self.shared.published_since_vacuum.fetch_add(owned, Ordering::Relaxed) + owned >= every
         {
             self.shared.vacuum_due.notify_one();
         }
-        report.quarantined = failures.iter().filter(|f| f.quarantine).count();
-        report.retried = failures.len() - report.quarantined;
-        let owned = store::mark_failed(pool, &failures, token).await?;
-        report.lost_claims += failures.len() - usize::try_from(owned).unwrap_or(0);
-        report.released = usize::try_from(store::release(pool, &released, token, false).await?).unwrap_or(0);
-        report.held_back = usize::try_from(store::release(pool, &unsent, token, true).await?).unwrap_or(0);
-        metrics::histogram!("outbox_relay_record_seconds").record(recording.elapsed().as_secs_f64());
+        report.quarantined = sorted.failures.iter().filter(|f| f.quarantine).count();
+        report.retried = sorted.failures.len() - report.quarantined;
+        let owned = r.retry("record failures", || store::mark_failed(pool, &sorted.failures, token)).await?;
+        report.lost_claims += sorted.failures.len() - usize::try_from(owned).unwrap_or(0);
+        let released = r.retry("release", || store::release(pool, &sorted.released, token, false)).await?;
+        report.released = usize::try_from(released).unwrap_or(0);
+        let unsent = r.retry("give back unsent", || store::release(pool, &sorted.unsent, token, true)).await?;
+        report.unavailable = sorted.unavailable;
+        report.held_back = usize::try_from(unsent).unwrap_or(0).saturating_sub(sorted.unavailable);
+        metrics::histogram!("outbox_relay_record_seconds").record(started.elapsed().as_secs_f64());
+        Ok(())
+    }
+}
 
-        metrics::counter!("outbox_published_total").increment(report.published as u64);
-        metrics::counter!("outbox_quarantined_total").increment(report.quarantined as u64);
-        if report.lost_claims > 0 {
-            metrics::counter!("outbox_lost_claims_total").increment(report.lost_claims as u64);
-            tracing::warn!(
-                lost = report.lost_claims,
-                "claims were taken over by another relay before their outcome was recorded"
-            );
+/// What became of a batch's messages.
+struct Sent {
+    /// Each row's confirm, if it came.
+    outcomes: Vec<Option<PublishOutcome>>,
+    /// Each row's message was never handed to the publisher (an earlier event of its entity in the
+    /// batch was not confirmed).
+    unsent: Vec<bool>,
+    /// A hard stop cut the wait for confirms short.
+    cut_short: bool,
+}
+
+/// What to record for a batch, row by row.
+#[derive(Default)]
+struct Outcomes<'a> {
+    /// Tuple ids of confirmed rows.
+    published: Vec<&'a str>,
+    /// Failures charged to their events.
+    failures: Vec<store::Failure>,
+    /// Sent, outcome unknown, the relay is stopping: given back as they are.
+    released: Vec<Uuid>,
+    /// Not sent, or lost with the broker's connection: given back with the attempt taken back.
+    unsent: Vec<Uuid>,
+    /// Of `unsent`, those the broker's outage kept from going out or being confirmed.
+    unavailable: usize,
+}
+
+/// What to record for one row of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Disposition {
+    /// Confirmed: mark it published.
+    Published,
+    /// Sent but its confirm was not awaited (the relay is stopping): give it back, attempt kept.
+    GiveBack,
+    /// Not the event's failure (never sent, or the broker could not be reached): give it back and
+    /// take the claim's attempt back.
+    TakeBack {
+        /// The broker's outage is why.
+        unavailable: bool,
+    },
+    /// The event's own failure: charge it and let the retry policy decide.
+    Failed(PublishFailure),
+}
+
+/// Decides what a row's outcome means for the row: `unsent` if its message was never handed to the
+/// publisher, `cut_short` if a hard stop ended the wait for confirms.
+fn classify_outcome(outcome: Option<PublishOutcome>, unsent: bool, cut_short: bool) -> Disposition {
+    match outcome {
+        Some(PublishOutcome::Confirmed) => Disposition::Published,
+        Some(PublishOutcome::Failed(f)) if f.kind == FailureKind::Unavailable => {
+            Disposition::TakeBack { unavailable: true }
         }
-        tracing::debug!(?report, "outbox.batch");
-        Ok(report)
+        Some(PublishOutcome::Failed(f)) => Disposition::Failed(f),
+        None if unsent => Disposition::TakeBack { unavailable: false },
+        None if cut_short => Disposition::GiveBack,
+        None => Disposition::Failed(PublishFailure::new(
+            FailureKind::Transient,
+            "no confirm from the broker within the confirm timeout",
+        )),
+    }
+}
+
+/// How long a batch's recording may keep trying, and what cuts it short.
+struct Recording {
+    lease_ends: tokio::time::Instant,
+    hard: watch::Receiver<bool>,
+}
+
+impl Recording {
+    /// Runs `statement` until the database answers, backing off from 50 ms to 1 s, while the lease
+    /// lasts and no hard stop came; a statement fenced by the claim token may run again safely.
+    async fn retry<T, F, Fut>(&mut self, what: &'static str, mut statement: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let mut wait = Duration::from_millis(50);
+        let mut failed = false;
+        loop {
+            let e = match statement().await {
+                Ok(v) => {
+                    if failed {
+                        tracing::info!(step = what, "the database answers again; the batch's outcome is recorded");
+                    }
+                    return Ok(v);
+                }
+                Err(e) => e,
+            };
+            if tokio::time::Instant::now() + wait >= self.lease_ends || e.kind() == FailureKind::Contract {
+                return Err(e);
+            }
+            if !failed {
+                tracing::warn!(step = what, error = %e, kind = %e.kind(), "cannot record a batch's outcome yet; retrying while its lease lasts");
+                failed = true;
+            }
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                _ = self.hard.wait_for(|h| *h) => return Err(e),
+            }
+            wait = (wait * 2).min(Duration::from_secs(1));
+        }
     }
 }
 

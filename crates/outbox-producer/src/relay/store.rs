@@ -124,14 +124,24 @@ WHERE o.ctid = ANY(ARRAY(SELECT tid FROM ready))
 RETURNING o.ctid::text AS tid, o.id, o.event_type, o.event_version, o.entity_key, o.seq, o.payload,
           o.content_type, o.headers, o.correlation_id, o.causation_id, o.traceparent, o.created_at, o.attempts";
 
-/// Makes rows held behind a predecessor that is no longer quarantined due again (a retry or skip
-/// by an operator wakes them itself; this closes the race with a claim that deferred them at the
-/// same moment).
+/// Makes rows held behind a quarantined event due again once no earlier event of their entity is
+/// quarantined (a retry or skip by an operator wakes them itself; this closes the race with a claim
+/// that deferred them at the same moment). A row held behind another held row of the same
+/// quarantine stays held: releasing it would only have the next claim defer it again. The lookup
+/// goes through the quarantined rows (few), not through the entity's history.
 const RELEASE_HELD: &str = "\
 UPDATE outbox_events s SET next_attempt_at = now()
 WHERE s.status = 'pending' AND s.next_attempt_at = 'infinity'
-  AND NOT EXISTS (SELECT 1 FROM outbox_events p
-                  WHERE p.entity_key = s.entity_key AND p.seq = s.seq - 1 AND p.status = 'quarantined')";
+  AND NOT EXISTS (SELECT 1 FROM outbox_events q
+                  WHERE q.status = 'quarantined' AND q.entity_key = s.entity_key AND q.seq < s.seq)";
+
+/// Gives back whatever a claim whose answer was lost (the connection dropped while it ran) may
+/// have taken, and takes its attempt back: nothing of it was sent. Read through the pending rows'
+/// queue index; only after a failed claim.
+const RELEASE_CLAIM: &str = "\
+UPDATE outbox_events
+SET lease_owner = NULL, claim_token = NULL, lease_until = NULL, attempts = greatest(attempts - 1, 0)
+WHERE status = 'pending' AND claim_token = $1";
 
 /// Marks confirmed rows published. A successor deferred while this row waited for a retry was
 /// deferred to that retry's time, which has passed when the retry is confirmed: it is due already.
@@ -316,6 +326,11 @@ pub(crate) async fn unlisten(pool: &PgPool, relay_id: &str) -> Result<()> {
 pub(crate) async fn vacuum(pool: &PgPool) -> Result<()> {
     sqlx::raw_sql("VACUUM (SKIP_LOCKED) outbox_events").execute(pool).await?;
     Ok(())
+}
+
+/// Releases the rows of a claim whose answer never arrived; returns how many it had taken.
+pub(crate) async fn release_claim(pool: &PgPool, token: Uuid) -> Result<u64> {
+    Ok(sqlx::query(RELEASE_CLAIM).bind(token).execute(pool).await?.rows_affected())
 }
 
 /// Re-checks rows held behind quarantined predecessors; returns how many were released.

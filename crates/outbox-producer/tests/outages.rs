@@ -1,0 +1,179 @@
+//! The relay through outages of its servers, each injected by a `ChaosProxy` in front of one of
+//! the relay's connections (the shared servers are never stopped): a database blip must not stall
+//! the entities for a lease nor publish confirmed rows twice; a broker outage must not be charged
+//! to the events, however long it lasts.
+
+use std::time::{Duration, Instant};
+
+use outbox_core::{NewEvent, RetryPolicy};
+use outbox_producer::{AmqpPublisher, Outbox, Relay};
+use outbox_testkit::{ChaosProxy, Recorder, TestBroker, TestDb, wait_for};
+use sqlx::PgPool;
+
+const ENTITIES: usize = 200;
+const PER_ENTITY: usize = 100;
+
+async fn fill(pool: &PgPool) -> Vec<uuid::Uuid> {
+    let outbox = Outbox::new();
+    let mut ids = Vec::new();
+    for round in 0..PER_ENTITY {
+        let events: Vec<NewEvent> = (0..ENTITIES)
+            .map(|e| {
+                NewEvent::json("order.changed", &serde_json::json!({ "round": round }))
+                    .expect("json")
+                    .entity(format!("order-{e}"))
+            })
+            .collect();
+        let mut tx = pool.begin().await.expect("begin");
+        ids.extend(outbox.enqueue_many(&mut *tx, events).await.expect("enqueue").into_iter().map(|id| *id.as_uuid()));
+        tx.commit().await.expect("commit");
+    }
+    ids
+}
+
+async fn count(pool: &PgPool, sql: &'static str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(pool).await.expect("count")
+}
+
+async fn setup() -> (TestDb, TestBroker, String, Recorder) {
+    let db = TestDb::new().await.expect("db");
+    let broker = TestBroker::new().await.expect("broker");
+    let exchange = broker.declare_exchange("events", lapin::ExchangeKind::Topic).await.expect("exchange");
+    let queue = broker.declare_queue("all").await.expect("queue");
+    broker.bind(&queue, &exchange, "#").await.expect("bind");
+    let recorder = Recorder::start(&queue).await.expect("recorder");
+    (db, broker, exchange, recorder)
+}
+
+/// Waits until the recorder has every event, then checks once each and in entity order.
+async fn assert_all_delivered_once_in_order(recorder: &Recorder, ids: &[uuid::Uuid]) {
+    wait_for("every event delivered", Duration::from_secs(180), || async {
+        recorder.all_delivered(ids.iter().copied()).ok()
+    })
+    .await
+    .expect("nothing lost");
+    recorder.in_entity_order().expect("per-entity order");
+}
+
+/// Waits until `n` more events reached the queue than at `from`; returns how long it took.
+async fn time_to_deliver(recorder: &Recorder, from: usize, n: usize) -> Duration {
+    let started = Instant::now();
+    wait_for("delivery to resume", Duration::from_secs(60), || async { (recorder.count() >= from + n).then_some(()) })
+        .await
+        .expect("delivery resumed");
+    started.elapsed()
+}
+
+/// PostgreSQL goes away for 2 s in the middle of a drain (every connection of the relay cut, new
+/// ones refused). Batches whose confirms arrived meanwhile keep them and record them when the
+/// database answers: delivery resumes within seconds of the heal (the lease is 30 s), and nothing
+/// the broker confirmed is published again.
+#[tokio::test]
+async fn a_database_blip_stalls_nothing_and_publishes_nothing_twice() {
+    let (db, broker, exchange, recorder) = setup().await;
+    let ids = fill(db.pool()).await;
+    let proxy = ChaosProxy::start("127.0.0.1:5432".parse().expect("addr")).await.expect("proxy");
+    let through_proxy = (*db.pool().connect_options()).clone().host("127.0.0.1").port(proxy.addr().port());
+    let relay_pool = sqlx::postgres::PgPoolOptions::new().connect_lazy_with(through_proxy);
+    let relay = Relay::builder(relay_pool, AmqpPublisher::builder(outbox_testkit::amqp_url()).build())
+        .exchange(&exchange)
+        .declare_exchange(false)
+        .batch_size(200)
+        .confirm_window(400)
+        .build()
+        .expect("relay")
+        .spawn();
+    wait_for("the drain to be under way", Duration::from_secs(60), || async {
+        (recorder.count() >= 3_000).then_some(())
+    })
+    .await
+    .expect("busy");
+
+    proxy.refuse();
+    proxy.cut();
+    tokio::time::sleep(Duration::from_secs(2)).await; // the outage itself
+    proxy.heal();
+    let at_heal = recorder.count();
+    // More than a confirm window of new deliveries: claims after the heal, not what was in flight.
+    let resumed = time_to_deliver(&recorder, at_heal, 1_000).await;
+    println!("database blip: delivery resumed {} ms after the heal", resumed.as_millis());
+    assert!(resumed < Duration::from_secs(12), "delivery resumed {resumed:?} after the heal; the lease is 30 s");
+
+    assert_all_delivered_once_in_order(&recorder, &ids).await;
+    let duplicates: usize = recorder.duplicates().values().map(|n| n - 1).sum();
+    println!("database blip: {duplicates} events published twice");
+    assert_eq!(duplicates, 0, "confirmed events were published again");
+    wait_for("every row marked published", Duration::from_secs(30), || async {
+        (count(db.pool(), "SELECT count(*) FROM outbox_events WHERE status = 'published'").await == ids.len() as i64)
+            .then_some(())
+    })
+    .await
+    .expect("all marked");
+    relay.shutdown().await.expect("shutdown");
+    drop(recorder);
+    broker.close().await.expect("broker cleanup");
+    db.close().await.expect("db cleanup");
+}
+
+/// RabbitMQ cannot be reached for 15 s in the middle of a drain, with a retry policy whose
+/// `max_age` (3 s) and `max_attempts` (3) an outage charged to the events would exceed many times
+/// over: no event's attempts grow, nothing is quarantined, and delivery resumes within the
+/// publisher's reconnect back-off once the broker answers.
+#[tokio::test]
+async fn a_broker_outage_charges_no_event_and_delivery_resumes_at_once() {
+    let (db, broker, exchange, recorder) = setup().await;
+    let ids = fill(db.pool()).await;
+    let proxy = ChaosProxy::start("127.0.0.1:5672".parse().expect("addr")).await.expect("proxy");
+    let url = format!("amqp://guest:guest@{}/%2f", proxy.addr());
+    let policy = RetryPolicy::default()
+        .initial_delay(Duration::from_millis(200))
+        .max_attempts(3)
+        .max_age(Duration::from_secs(3));
+    let relay = Relay::builder(db.pool().clone(), AmqpPublisher::builder(url).build())
+        .exchange(&exchange)
+        .declare_exchange(false)
+        .batch_size(200)
+        .confirm_window(400)
+        .retry_policy(policy)
+        .build()
+        .expect("relay")
+        .spawn();
+    wait_for("the drain to be under way", Duration::from_secs(60), || async {
+        (recorder.count() >= 3_000).then_some(())
+    })
+    .await
+    .expect("busy");
+
+    proxy.refuse();
+    proxy.cut();
+    let tried = proxy.connections();
+    tokio::time::sleep(Duration::from_secs(15)).await; // the outage itself
+    let charged =
+        count(db.pool(), "SELECT count(*) FROM outbox_events WHERE attempts > 1 OR last_error IS NOT NULL").await;
+    assert_eq!(charged, 0, "the outage was charged to {charged} events");
+    assert!(proxy.connections() >= tried + 3, "the relay kept trying to reconnect during the outage");
+    proxy.heal();
+    let at_heal = recorder.count();
+    let resumed = time_to_deliver(&recorder, at_heal, 1_000).await;
+    println!("broker outage: delivery resumed {} ms after the heal", resumed.as_millis());
+    assert!(resumed < Duration::from_secs(12), "delivery resumed {resumed:?} after the heal");
+
+    assert_all_delivered_once_in_order(&recorder, &ids).await;
+    wait_for("every row marked published", Duration::from_secs(30), || async {
+        (count(db.pool(), "SELECT count(*) FROM outbox_events WHERE status = 'published'").await == ids.len() as i64)
+            .then_some(())
+    })
+    .await
+    .expect("all marked");
+    let (max_attempts, quarantined): (i32, i64) =
+        sqlx::query_as("SELECT max(attempts), count(*) FILTER (WHERE status = 'quarantined') FROM outbox_events")
+            .fetch_one(db.pool())
+            .await
+            .expect("attempts");
+    assert_eq!(quarantined, 0, "an outage quarantines nothing, even past max_age");
+    assert_eq!(max_attempts, 1, "every event was charged only with the attempt that reached the broker");
+    relay.shutdown().await.expect("shutdown");
+    drop(recorder);
+    broker.close().await.expect("broker cleanup");
+    db.close().await.expect("db cleanup");
+}

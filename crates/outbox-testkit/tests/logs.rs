@@ -1,0 +1,108 @@
+//! What the product's components log, captured at TRACE for every target with the product's log
+//! directives (`outbox_core::REDACTING_LOG_DIRECTIVES`, as the `outbox` command and the examples
+//! apply them): never a payload. lapin logs a message the broker returns (unroutable, `mandatory`)
+//! at WARN with its body, and whole frames (deliveries' bodies included) at TRACE.
+//!
+//! Its own test binary: the capture is the process's global subscriber.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use outbox_consumer::{HandlerError, InboxRequest};
+use outbox_core::NewEvent;
+use outbox_producer::admin;
+use outbox_testkit::{Harness, wait_for};
+use tracing_subscriber::EnvFilter;
+
+/// Everything logged in this process, as text.
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Capture {
+    fn install() -> Self {
+        let capture = Self::default();
+        let mut filter = EnvFilter::new("trace");
+        for d in outbox_core::REDACTING_LOG_DIRECTIVES {
+            filter = filter.add_directive(d.parse().expect("constant directive"));
+        }
+        let writer = capture.clone();
+        tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false).with_writer(move || writer.clone()).init();
+        capture
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)).into_owned()
+    }
+}
+
+/// Applies every event but `order.poison`, which it refuses for good (dead-lettered).
+async fn handle(req: InboxRequest) -> Result<InboxRequest, HandlerError> {
+    if req.event().event_type == "order.poison" {
+        return Err(HandlerError::permanent("this consumer refuses poison"));
+    }
+    Ok(req)
+}
+
+async fn enqueue(h: &Harness, event_type: &str, entity: &str, secret: &str) -> uuid::Uuid {
+    let event = NewEvent::json(event_type, &serde_json::json!({ "secret": secret })).expect("json").entity(entity);
+    let mut tx = h.pool().begin().await.expect("begin");
+    let id = h.outbox().enqueue(&mut *tx, event).await.expect("enqueue");
+    tx.commit().await.expect("commit");
+    *id.as_uuid()
+}
+
+/// The forms in which a payload would show in a log line: as text, and as lapin's `Debug` of the
+/// body bytes (a list of decimals).
+fn forms(secret: &str) -> Vec<String> {
+    let body = serde_json::to_vec(&serde_json::json!({ "secret": secret })).expect("json");
+    let decimals = |bytes: &[u8]| bytes.iter().map(u8::to_string).collect::<Vec<_>>().join(", ");
+    vec![secret.to_owned(), decimals(&body[..16]), decimals(secret.as_bytes())]
+}
+
+#[tokio::test]
+async fn no_payload_reaches_the_logs_at_trace() {
+    let capture = Capture::install();
+    let secret = format!("p4yl0ad-{}", outbox_testkit::unique_suffix());
+    // Only `order.*` is routed anywhere: `audit.recorded` comes back to the relay as unroutable.
+    let h =
+        Harness::builder().consumer(tower::service_fn(handle)).bindings(&["order.*"]).start().await.expect("harness");
+    let applied = enqueue(&h, "order.placed", "order-1", &secret).await;
+    let poison = enqueue(&h, "order.poison", "order-2", &secret).await;
+    let returned = enqueue(&h, "audit.recorded", "audit-1", &secret).await;
+
+    wait_for("the unroutable event quarantined", Duration::from_secs(30), || async {
+        let listed = admin::list_quarantined(h.pool(), 10).await.ok()?;
+        listed.iter().any(|q| *q.id.as_uuid() == returned).then_some(())
+    })
+    .await
+    .expect("quarantined");
+    let runner = h.consumer_handle().expect("consumer");
+    wait_for("one applied, one dead-lettered", Duration::from_secs(30), || async {
+        let stats = runner.stats();
+        (stats.applied >= 1 && stats.dead_lettered >= 1).then_some(())
+    })
+    .await
+    .expect("consumed");
+    h.recorder().all_delivered([applied, poison]).expect("both delivered");
+    h.close().await.expect("cleanup");
+
+    let logs = capture.text();
+    assert!(logs.contains("outbox.quarantine") && logs.contains("inbox.dead_lettered"), "the capture works");
+    assert!(logs.lines().any(|l| l.contains("DEBUG") || l.contains("TRACE")), "the capture runs below INFO");
+    for form in forms(&secret) {
+        let leaked: Vec<&str> = logs.lines().filter(|l| l.contains(&form)).take(3).collect();
+        assert!(leaked.is_empty(), "payload ({form}) in the logs: {leaked:#?}");
+    }
+}
