@@ -1,0 +1,299 @@
+//! The command line: commands, flags, and the value parsers that refuse every number the commands
+//! cannot use (a usage error, exit status 2) instead of clamping it or panicking on it later.
+//!
+//! Self-contained (clap and std only): the flag tests include this file to walk the command.
+
+use std::time::Duration;
+
+use clap::builder::RangedU64ValueParser;
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+
+/// The longest duration a flag accepts: one day. No lease, timeout, deadline or polling interval
+/// worth having is longer, so a larger value is a mistake (milliseconds typed as seconds, a
+/// missing decimal point). The bound also keeps every deadline the relay computes from these
+/// values (now + lease, a PostgreSQL `interval`) far from overflowing.
+pub(crate) const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+/// The shortest duration a flag accepts: 1 ms, the relay's resolution; a smaller one would round
+/// down to zero.
+pub(crate) const MIN_DURATION: Duration = Duration::from_millis(1);
+/// At most 10,000 partitions: each is a queue for the consumers, and RabbitMQ is not built for
+/// more queues than that per routing scheme.
+pub(crate) const MAX_PARTITIONS: u64 = 10_000;
+/// At most 100,000 rows per claim: one claim is one statement and one transaction; larger ones
+/// hold their locks and their memory for minutes.
+pub(crate) const MAX_BATCH_SIZE: u64 = 100_000;
+/// At most 1,000,000 messages awaiting confirms: the relay keeps each in memory until its confirm.
+pub(crate) const MAX_CONFIRM_WINDOW: u64 = 1_000_000;
+/// At most 10^12 rows between vacuums: more than any table will publish, so a larger value is a
+/// typo (0 is the way to say "never").
+pub(crate) const MAX_VACUUM_AFTER_ROWS: u64 = 1_000_000_000_000;
+
+#[derive(Debug, Parser)]
+#[command(name = "outbox", version, about = "Operate the transactional outbox")]
+pub(crate) struct Cli {
+    /// PostgreSQL connection URL (`postgres://user:password@host:port/database`).
+    #[arg(long, env = "DATABASE_URL", hide_env_values = true, global = true)]
+    pub(crate) database_url: Option<String>,
+    /// Seconds to keep trying to reach the database before `migrate` and `status` give up; for
+    /// `relay`, the longest one connection attempt may take (it retries until the database
+    /// answers). At most one day.
+    #[arg(long, default_value = "5", value_parser = seconds, global = true)]
+    pub(crate) connect_timeout_secs: Duration,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Create or upgrade the outbox and inbox tables (tracked in `_outbox_migrations` and
+    /// `_inbox_migrations`, apart from the application's own `_sqlx_migrations`).
+    Migrate {
+        /// Only the outbox (producer) tables.
+        #[arg(long, conflicts_with = "inbox_only")]
+        outbox_only: bool,
+        /// Only the inbox (consumer) tables.
+        #[arg(long)]
+        inbox_only: bool,
+    },
+    /// Print the state of the outbox: pending, oldest pending age, quarantined, published.
+    Status,
+    /// Publish committed outbox rows to RabbitMQ until SIGTERM or SIGINT.
+    Relay(RelayArgs),
+}
+
+/// Exchange types the relay can declare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ExchangeKindArg {
+    /// Routing keys matched against binding patterns.
+    Topic,
+    /// Routing keys matched exactly.
+    Direct,
+    /// Every bound queue gets every message.
+    Fanout,
+    /// Matched on message headers.
+    Headers,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct RelayArgs {
+    /// RabbitMQ URL (`amqp://user:password@host:port/vhost` or `amqps://`).
+    #[arg(long, env = "AMQP_URL", hide_env_values = true)]
+    pub(crate) amqp_url: String,
+    /// Exchange to publish to.
+    #[arg(long, default_value = "outbox.events")]
+    pub(crate) exchange: String,
+    /// Exchange type used when declaring it.
+    #[arg(long, value_enum, default_value_t = ExchangeKindArg::Topic)]
+    pub(crate) exchange_kind: ExchangeKindArg,
+    /// Assume the exchange exists instead of declaring it.
+    #[arg(long)]
+    pub(crate) no_declare_exchange: bool,
+    /// Route by a stable hash of the entity key into this many partitions
+    /// (routing key `partition.<n>`) instead of by event type. 1 to 10,000.
+    #[arg(long, value_parser = RangedU64ValueParser::<u32>::new().range(1..=MAX_PARTITIONS))]
+    pub(crate) partitions: Option<u32>,
+    /// Rows per claim. 1 to 100,000.
+    #[arg(long, default_value_t = 500, value_parser = RangedU64ValueParser::<usize>::new().range(1..=MAX_BATCH_SIZE))]
+    pub(crate) batch_size: usize,
+    /// Messages awaiting confirms at once. 1 to 1,000,000.
+    #[arg(long, default_value_t = 1000, value_parser = RangedU64ValueParser::<usize>::new().range(1..=MAX_CONFIRM_WINDOW))]
+    pub(crate) confirm_window: usize,
+    /// Claim lease in seconds (a crashed relay's rows are taken over after it). At most one day.
+    #[arg(long, default_value = "30", value_parser = seconds)]
+    pub(crate) lease_secs: Duration,
+    /// Polling interval in milliseconds (safety net behind LISTEN/NOTIFY). 1 to 86,400,000 (a day).
+    #[arg(long, default_value = "1000", value_parser = milliseconds)]
+    pub(crate) poll_interval_ms: Duration,
+    /// Seconds to wait for a batch's confirms; shorter than --lease-secs.
+    #[arg(long, default_value = "10", value_parser = seconds)]
+    pub(crate) confirm_timeout_secs: Duration,
+    /// Seconds a graceful shutdown may take. At most one day.
+    #[arg(long, default_value = "10", value_parser = seconds)]
+    pub(crate) shutdown_deadline_secs: Duration,
+    /// Vacuum the outbox table after this many rows published by this relay (0: never, leave it
+    /// to autovacuum). At most 10^12.
+    #[arg(long, default_value_t = 100_000, value_parser = RangedU64ValueParser::<u64>::new().range(0..=MAX_VACUUM_AFTER_ROWS))]
+    pub(crate) vacuum_after_rows: u64,
+    /// AMQP `app_id` on every message.
+    #[arg(long)]
+    pub(crate) app_id: Option<String>,
+    /// Name recorded as the owner of this relay's claims.
+    #[arg(long)]
+    pub(crate) relay_id: Option<String>,
+}
+
+impl Cli {
+    /// Parses `args` and checks the rules between flags.
+    ///
+    /// # Errors
+    /// A clap error: help or version to print, or a usage error.
+    pub(crate) fn parse_checked<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let cli = Self::try_parse_from(args)?;
+        cli.check()?;
+        Ok(cli)
+    }
+
+    /// The rules between flags that clap cannot express.
+    fn check(&self) -> Result<(), clap::Error> {
+        if let Command::Relay(relay) = &self.command
+            && relay.confirm_timeout_secs >= relay.lease_secs
+        {
+            let message = format!(
+                "--confirm-timeout-secs ({} s) must be shorter than --lease-secs ({} s): \
+                 a batch's claim must outlive the wait for its confirms",
+                relay.confirm_timeout_secs.as_secs_f64(),
+                relay.lease_secs.as_secs_f64()
+            );
+            return Err(Self::command().error(ErrorKind::ArgumentConflict, message));
+        }
+        Ok(())
+    }
+}
+
+/// A clap error as one line: the message up to clap's first blank line (the usage and the
+/// "For more information" hint dropped), its lines joined.
+pub(crate) fn one_line(error: &clap::Error) -> String {
+    let rendered = error.render().to_string();
+    let first = rendered.split("\n\n").next().unwrap_or_default();
+    first.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
+}
+
+/// A number of seconds (decimals allowed) between [`MIN_DURATION`] and [`MAX_DURATION`].
+fn seconds(text: &str) -> Result<Duration, String> {
+    let secs: f64 = text.trim().parse().map_err(|_| "expected a number of seconds".to_owned())?;
+    in_bounds(secs, "seconds", 1.0)
+}
+
+/// A whole number of milliseconds between [`MIN_DURATION`] and [`MAX_DURATION`].
+fn milliseconds(text: &str) -> Result<Duration, String> {
+    let ms: u64 = text.trim().parse().map_err(|_| "expected a whole number of milliseconds".to_owned())?;
+    // Exact up to 2^53; anything that large is refused as over a day anyway.
+    in_bounds(ms as f64, "milliseconds", 0.001)
+}
+
+/// `value` (in units of `unit_secs` seconds, named `unit`) as a duration within the bounds.
+fn in_bounds(value: f64, unit: &str, unit_secs: f64) -> Result<Duration, String> {
+    let (min, max) = (MIN_DURATION.as_secs_f64() / unit_secs, MAX_DURATION.as_secs_f64() / unit_secs);
+    if !value.is_finite() {
+        return Err(format!("must be a finite number of {unit}"));
+    }
+    if value <= 0.0 {
+        return Err("must be greater than 0".to_owned());
+    }
+    if value > max {
+        return Err(format!("must be at most {max} {unit} (one day)"));
+    }
+    if value < min {
+        return Err(format!("must be at least {min} {unit}"));
+    }
+    Duration::try_from_secs_f64(value * unit_secs).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn relay(extra: &[&str]) -> Result<Cli, clap::Error> {
+        let mut args = vec!["outbox", "relay", "--amqp-url", "amqp://localhost"];
+        args.extend_from_slice(extra);
+        Cli::parse_checked(args)
+    }
+
+    fn relay_args(extra: &[&str]) -> RelayArgs {
+        match relay(extra).map(|cli| cli.command) {
+            Ok(Command::Relay(args)) => args,
+            other => panic!("expected relay arguments, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_command_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let args = relay_args(&[]);
+        assert_eq!(args.lease_secs, Duration::from_secs(30));
+        assert_eq!(args.confirm_timeout_secs, Duration::from_secs(10));
+        assert_eq!(args.shutdown_deadline_secs, Duration::from_secs(10));
+        assert_eq!(args.poll_interval_ms, Duration::from_millis(1000));
+        assert_eq!((args.batch_size, args.confirm_window, args.vacuum_after_rows), (500, 1000, 100_000));
+        assert_eq!(args.partitions, None);
+        assert_eq!(args.exchange_kind, ExchangeKindArg::Topic);
+        let cli = Cli::parse_checked(["outbox", "status"]).expect("status");
+        assert_eq!(cli.connect_timeout_secs, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn durations_take_decimals_and_stay_within_a_day() {
+        assert_eq!(seconds("0.25"), Ok(Duration::from_millis(250)));
+        assert_eq!(seconds("86400"), Ok(MAX_DURATION));
+        assert_eq!(seconds("0.001"), Ok(MIN_DURATION));
+        for bad in ["0", "-0", "-1", "nan", "NaN", "inf", "-inf", "infinity", "1e30", "86400.5", "0.0001", "abc", ""] {
+            assert!(seconds(bad).is_err(), "{bad:?} accepted");
+        }
+        assert_eq!(milliseconds("1"), Ok(Duration::from_millis(1)));
+        assert_eq!(milliseconds("86400000"), Ok(MAX_DURATION));
+        for bad in ["0", "-1", "1.5", "nan", "86400001", "18446744073709551615", "abc"] {
+            assert!(milliseconds(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn counts_are_refused_outside_their_range() {
+        assert_eq!(relay_args(&["--partitions", "10000"]).partitions, Some(10_000));
+        assert_eq!(relay_args(&["--batch-size", "1"]).batch_size, 1);
+        assert_eq!(relay_args(&["--confirm-window", "1000000"]).confirm_window, 1_000_000);
+        for (flag, bad) in [
+            ("--partitions", "0"),
+            ("--partitions", "10001"),
+            ("--batch-size", "0"),
+            ("--batch-size", "100001"),
+            ("--confirm-window", "0"),
+            ("--confirm-window", "1000001"),
+            ("--vacuum-after-rows", "1000000000001"),
+        ] {
+            let error = relay(&[&format!("{flag}={bad}")]).expect_err(flag);
+            assert_eq!(error.kind(), ErrorKind::ValueValidation, "{flag}={bad}");
+        }
+    }
+
+    #[test]
+    fn zero_vacuum_rows_leaves_it_to_autovacuum() {
+        assert_eq!(relay_args(&["--vacuum-after-rows", "0"]).vacuum_after_rows, 0);
+    }
+
+    #[test]
+    fn the_confirm_timeout_must_be_shorter_than_the_lease() {
+        assert!(relay(&["--lease-secs", "2", "--confirm-timeout-secs", "1.5"]).is_ok());
+        for (lease, timeout) in [("2", "2"), ("2", "3"), ("30", "86400")] {
+            let error = relay(&["--lease-secs", lease, "--confirm-timeout-secs", timeout]).expect_err(lease);
+            assert_eq!(error.kind(), ErrorKind::ArgumentConflict);
+            assert_eq!(error.exit_code(), 2);
+            let line = one_line(&error);
+            assert!(line.starts_with("error: --confirm-timeout-secs"), "{line}");
+        }
+    }
+
+    #[test]
+    fn usage_errors_fit_on_one_line() {
+        let missing = Cli::parse_checked(["outbox", "relay"]);
+        // AMQP_URL may be set in the environment of the test run; only check when it is not.
+        if std::env::var_os("AMQP_URL").is_none() {
+            let line = one_line(&missing.expect_err("no AMQP URL"));
+            assert!(
+                line.starts_with("error: the following required arguments were not provided: --amqp-url"),
+                "{line}"
+            );
+        }
+        let line = one_line(&relay(&["--lease-secs", "nan"]).expect_err("nan"));
+        assert!(!line.contains('\n'));
+        assert!(line.starts_with("error: invalid value 'nan' for '--lease-secs"), "{line}");
+    }
+}

@@ -1,0 +1,33 @@
+//! Reaching RabbitMQ: the URL checked before anything else, then one connection opened before
+//! the relay starts, retried with a log line per attempt until the broker answers.
+
+use outbox_core::{FailureKind, Publisher};
+use outbox_producer::AmqpPublisher;
+
+use crate::error::CliError;
+use crate::retry::{Failure, Patience, until_ready};
+use crate::signal::Shutdown;
+
+/// The publisher for `url`, refused at once if the URL is malformed (the error never quotes it).
+///
+/// # Errors
+/// [`CliError::Producer`] holding `InvalidAmqpUrl`.
+pub(crate) fn publisher(url: &str) -> Result<AmqpPublisher, CliError> {
+    Ok(AmqpPublisher::builder(url).try_build()?)
+}
+
+/// Connects `publisher`, retrying until the broker answers: `Ok(true)`; `Ok(false)` if a signal
+/// came first.
+///
+/// # Errors
+/// [`CliError::BrokerRefused`] at once when the broker refuses the credentials.
+pub(crate) async fn connect_patiently(publisher: &AmqpPublisher, shutdown: &Shutdown) -> Result<bool, CliError> {
+    let connected = until_ready("the broker", Patience::UntilSignalled(shutdown), || async {
+        publisher.connect().await.map_err(|failure| match failure.kind {
+            FailureKind::Auth => Failure::Fatal(CliError::BrokerRefused(failure.reason)),
+            _ => Failure::Retry(failure.reason),
+        })
+    })
+    .await?;
+    Ok(connected.is_some())
+}

@@ -1,0 +1,105 @@
+//! The command's errors, worded for the person who runs it: one line each, with the real cause,
+//! never a URL (it may hold a password) nor PostgreSQL's source position (`at line 1392`).
+
+use std::time::Duration;
+
+use outbox_producer::DbMessage;
+
+/// Why a command failed (exit status 1).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CliError {
+    /// No database URL in the flags or the environment.
+    #[error("DATABASE_URL is not set (or pass --database-url)")]
+    NoDatabaseUrl,
+    /// The database URL cannot be parsed; the reason never quotes it.
+    #[error("DATABASE_URL is not a valid PostgreSQL URL: {0}")]
+    DatabaseUrl(String),
+    /// The server was not reachable in time; the cause of the last attempt.
+    #[error("cannot connect to {server}: {cause} (gave up after {:.1} s; --connect-timeout-secs sets how long to try)", after.as_secs_f64())]
+    Unreachable {
+        /// What was waited for.
+        server: String,
+        /// How long it was tried.
+        after: Duration,
+        /// The last attempt's failure.
+        cause: String,
+    },
+    /// The database refused the connection for good (authentication, unknown database or role).
+    #[error("the database refused the connection: {0}")]
+    DatabaseRefused(String),
+    /// The broker refused the credentials.
+    #[error("the broker refused the connection: {0}")]
+    BrokerRefused(String),
+    /// The outbox tables are missing.
+    #[error("the outbox tables do not exist in this database: run `outbox migrate` first")]
+    NotMigrated,
+    /// The outbox tables are older than this command.
+    #[error("the outbox tables lack {0} migration(s) of this version of outbox: run `outbox migrate` first")]
+    MigrationsBehind(usize),
+    /// A statement failed.
+    #[error("database error: {}", DbMessage(.0))]
+    Database(#[from] sqlx::Error),
+    /// A migration failed.
+    #[error("migration error: {}", MigrateMessage(.0))]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// The producer library failed (invalid AMQP URL, invalid relay setting, the relay stopped).
+    #[error("{}", ProducerMessage(.0))]
+    Producer(#[from] outbox_producer::Error),
+    /// The signal handlers could not be installed.
+    #[error("signal handler: {0}")]
+    Signal(#[from] std::io::Error),
+}
+
+/// A migration error without sqlx's source position in the database error it may hold.
+struct MigrateMessage<'a>(&'a sqlx::migrate::MigrateError);
+
+impl std::fmt::Display for MigrateMessage<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use sqlx::migrate::MigrateError;
+        match self.0 {
+            MigrateError::Execute(e) => write!(f, "while executing migrations: {}", DbMessage(e)),
+            MigrateError::ExecuteMigration(e, version) => {
+                write!(f, "while executing migration {version}: {}", DbMessage(e))
+            }
+            other => write!(f, "{other}"),
+        }
+    }
+}
+
+/// A producer error; its migration errors without sqlx's source position (the library's own
+/// `Display` keeps it there).
+struct ProducerMessage<'a>(&'a outbox_producer::Error);
+
+impl std::fmt::Display for ProducerMessage<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            outbox_producer::Error::Migrate(e) => write!(f, "migration error: {}", MigrateMessage(e)),
+            other => write!(f, "{other}"),
+        }
+    }
+}
+
+/// `message` on one line: line breaks and the indentation after them become single spaces.
+pub(crate) fn one_line(message: &str) -> String {
+    message.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_are_one_line() {
+        assert_eq!(one_line("a\n  b\tc  \r\n"), "a b c");
+        let e = CliError::Unreachable {
+            server: "the database".to_owned(),
+            after: Duration::from_millis(3100),
+            cause: "error communicating with database: Connection refused (os error 111)".to_owned(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "cannot connect to the database: error communicating with database: Connection refused (os error 111) \
+             (gave up after 3.1 s; --connect-timeout-secs sets how long to try)"
+        );
+    }
+}

@@ -1,0 +1,81 @@
+//! `outbox relay`: waits for the database and the broker (retrying with a log line per attempt,
+//! stopping on SIGTERM or SIGINT), checks the outbox tables, then publishes until a signal.
+
+use std::time::Duration;
+
+use outbox_core::ExchangeKind;
+use outbox_producer::{AmqpPublisher, Relay};
+use sqlx::postgres::PgConnectOptions;
+
+use crate::args::{ExchangeKindArg, RelayArgs};
+use crate::error::CliError;
+use crate::signal::Shutdown;
+
+/// Runs the relay until SIGTERM or SIGINT; a signal during the start-up waits ends it cleanly
+/// too. Configuration errors (a malformed AMQP URL, refused credentials, missing tables) fail
+/// at once.
+///
+/// # Errors
+/// Configuration errors, or the relay's own failure.
+pub(crate) async fn run(db: PgConnectOptions, connect_timeout: Duration, args: RelayArgs) -> Result<(), CliError> {
+    let shutdown = Shutdown::install()?;
+    let publisher = crate::broker::publisher(&args.amqp_url)?;
+    let outcome = start_and_run(db, connect_timeout, args, &publisher, shutdown).await;
+    publisher.close().await;
+    outcome
+}
+
+async fn start_and_run(
+    db: PgConnectOptions,
+    connect_timeout: Duration,
+    args: RelayArgs,
+    publisher: &AmqpPublisher,
+    shutdown: Shutdown,
+) -> Result<(), CliError> {
+    let Some(mut conn) = crate::connect::patiently(&db, connect_timeout, &shutdown).await? else {
+        return Ok(());
+    };
+    crate::schema::check_outbox(&mut conn).await?;
+    drop(conn);
+    if !crate::broker::connect_patiently(publisher, &shutdown).await? {
+        return Ok(());
+    }
+    let pool = crate::connect::pool(db, connect_timeout);
+    let relay = relay(pool.clone(), publisher.clone(), args)?;
+    let outcome = relay.run(async move { shutdown.requested().await }).await;
+    pool.close().await;
+    Ok(outcome?)
+}
+
+fn relay(pool: sqlx::PgPool, publisher: AmqpPublisher, args: RelayArgs) -> Result<Relay<AmqpPublisher>, CliError> {
+    let mut builder = Relay::builder(pool, publisher)
+        .exchange(args.exchange)
+        .exchange_kind(exchange_kind(args.exchange_kind))
+        .declare_exchange(!args.no_declare_exchange)
+        .batch_size(args.batch_size)
+        .confirm_window(args.confirm_window)
+        .lease(args.lease_secs)
+        .poll_interval(args.poll_interval_ms)
+        .confirm_timeout(args.confirm_timeout_secs)
+        .shutdown_deadline(args.shutdown_deadline_secs)
+        .vacuum_after((args.vacuum_after_rows > 0).then_some(args.vacuum_after_rows));
+    if let Some(n) = args.partitions {
+        builder = builder.routing(outbox_producer::Partitioned::new(n));
+    }
+    if let Some(app_id) = args.app_id {
+        builder = builder.app_id(app_id);
+    }
+    if let Some(id) = args.relay_id {
+        builder = builder.relay_id(id);
+    }
+    Ok(builder.build()?)
+}
+
+fn exchange_kind(kind: ExchangeKindArg) -> ExchangeKind {
+    match kind {
+        ExchangeKindArg::Topic => ExchangeKind::Topic,
+        ExchangeKindArg::Direct => ExchangeKind::Direct,
+        ExchangeKindArg::Fanout => ExchangeKind::Fanout,
+        ExchangeKindArg::Headers => ExchangeKind::Headers,
+    }
+}

@@ -1,0 +1,48 @@
+//! Whether the database holds the outbox tables this version of `outbox` expects, checked before
+//! `status` and `relay` so that an unmigrated database gets a hint instead of endless retries.
+
+use std::collections::HashSet;
+
+use sqlx::PgConnection;
+
+use crate::error::CliError;
+
+/// Tables the relay and `status` use.
+const TABLES: [&str; 3] = ["outbox_events", "outbox_entity_sequences", "outbox_relay_listeners"];
+
+/// Succeeds if every outbox table exists and, where the migration history is kept, every
+/// migration of this version has been applied.
+///
+/// # Errors
+/// [`CliError::NotMigrated`], [`CliError::MigrationsBehind`], or the database's error.
+pub(crate) async fn check_outbox(conn: &mut PgConnection) -> Result<(), CliError> {
+    let missing: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM unnest($1::text[]) AS t(name) WHERE to_regclass(name) IS NULL")
+            .bind(TABLES)
+            .fetch_one(&mut *conn)
+            .await?;
+    if missing > 0 {
+        return Err(CliError::NotMigrated);
+    }
+    let behind = migrations_behind(conn).await?;
+    if behind > 0 {
+        return Err(CliError::MigrationsBehind(behind));
+    }
+    Ok(())
+}
+
+/// How many of the embedded outbox migrations the history table lacks (0 without a history
+/// table: tables created some other way are taken as they are).
+async fn migrations_behind(conn: &mut PgConnection) -> Result<usize, CliError> {
+    let table = outbox_producer::MIGRATIONS_TABLE;
+    let exists: bool =
+        sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL").bind(table).fetch_one(&mut *conn).await?;
+    if !exists {
+        return Ok(0);
+    }
+    let sql = format!("SELECT version FROM \"{table}\" WHERE success");
+    let applied: HashSet<i64> =
+        sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).fetch_all(&mut *conn).await?.into_iter().collect();
+    let migrator = outbox_producer::migrator();
+    Ok(migrator.iter().filter(|m| !m.migration_type.is_down_migration() && !applied.contains(&m.version)).count())
+}
