@@ -177,3 +177,39 @@ async fn a_broker_outage_charges_no_event_and_delivery_resumes_at_once() {
     broker.close().await.expect("broker cleanup");
     db.close().await.expect("db cleanup");
 }
+
+/// A broker that answers but closes the channel over the messages (here: the exchange does not
+/// exist, 404) is not an outage: the failures are charged to the events, which back off and are
+/// quarantined when the policy says so, instead of pausing and resuming the relay forever.
+#[tokio::test]
+async fn a_channel_the_broker_closes_is_charged_to_the_events_not_taken_for_an_outage() {
+    let db = TestDb::new().await.expect("db");
+    let outbox = Outbox::new();
+    let mut tx = db.pool().begin().await.expect("begin");
+    let events = (0..3).map(|e| {
+        NewEvent::json("order.changed", &serde_json::json!({ "n": e })).expect("json").entity(format!("order-{e}"))
+    });
+    outbox.enqueue_many(&mut *tx, events.collect::<Vec<_>>()).await.expect("enqueue");
+    tx.commit().await.expect("commit");
+    let policy = RetryPolicy::default().initial_delay(Duration::from_millis(50)).max_attempts(3);
+    let relay = Relay::builder(db.pool().clone(), AmqpPublisher::builder(outbox_testkit::amqp_url()).build())
+        .exchange(format!("missing-{}", outbox_testkit::unique_suffix()))
+        .declare_exchange(false)
+        .retry_policy(policy)
+        .build()
+        .expect("relay")
+        .spawn();
+    wait_for("every event quarantined", Duration::from_secs(60), || async {
+        (count(db.pool(), "SELECT count(*) FROM outbox_events WHERE status = 'quarantined'").await == 3).then_some(())
+    })
+    .await
+    .expect("quarantined after their attempts");
+    let reasons: Vec<(i32, Option<String>)> =
+        sqlx::query_as("SELECT attempts, last_error FROM outbox_events").fetch_all(db.pool()).await.expect("rows");
+    for (attempts, reason) in reasons {
+        assert_eq!(attempts, 3);
+        assert!(reason.as_deref().is_some_and(|r| r.contains("404")), "the broker's answer is recorded: {reason:?}");
+    }
+    relay.shutdown().await.expect("shutdown");
+    db.close().await.expect("db cleanup");
+}

@@ -363,11 +363,11 @@ fn blame(outcome: PublishOutcome, body_len: usize) -> PublishOutcome {
     }
 }
 
-async fn confirm(pending: lapin::PublisherConfirm, body_len: usize) -> PublishOutcome {
-    blame(confirm_outcome(pending).await, body_len)
+async fn confirm(pending: lapin::PublisherConfirm, body_len: usize, inner: Arc<Inner>) -> PublishOutcome {
+    blame(confirm_outcome(pending, &inner).await, body_len)
 }
 
-async fn confirm_outcome(pending: lapin::PublisherConfirm) -> PublishOutcome {
+async fn confirm_outcome(pending: lapin::PublisherConfirm, inner: &Inner) -> PublishOutcome {
     match pending.await {
         Ok(Confirmation::Ack(None)) => PublishOutcome::Confirmed,
         Ok(Confirmation::Ack(Some(returned))) => PublishOutcome::Failed(PublishFailure::new(
@@ -380,23 +380,34 @@ async fn confirm_outcome(pending: lapin::PublisherConfirm) -> PublishOutcome {
         Ok(Confirmation::NotRequested) => {
             PublishOutcome::Failed(PublishFailure::new(FailureKind::Transient, "publisher confirms are not enabled"))
         }
-        Err(e) => PublishOutcome::Failed(lost_or_classified(&e)),
+        Err(e) => PublishOutcome::Failed(inner.lost_or_classified(&e).await),
     }
 }
 
-/// A message not sent or a confirm lost because the connection or channel is gone (dropped, reset,
-/// heartbeat missed, closed over another message) is not the message's failure; anything the
-/// broker said about the message itself is classified as usual.
-fn lost_or_classified(error: &lapin::Error) -> PublishFailure {
-    match error.kind() {
-        lapin::ErrorKind::IOError(_)
-        | lapin::ErrorKind::InvalidChannelState(..)
-        | lapin::ErrorKind::InvalidConnectionState(_)
-        | lapin::ErrorKind::MissingHeartbeatError
-        | lapin::ErrorKind::RuntimeShutdownError(_) => {
-            PublishFailure::new(FailureKind::Unavailable, format!("connection lost: {}", classify(error).reason))
+impl Inner {
+    /// A message not sent, or a confirm lost, because the connection is gone (dropped, reset,
+    /// heartbeat missed) is not the message's failure: `unavailable`. A channel the broker closed
+    /// while the connection stays up (over this message or another one) is classified as usual, so
+    /// a message that makes the broker close the channel is charged and, in the end, quarantined.
+    async fn lost_or_classified(&self, error: &lapin::Error) -> PublishFailure {
+        let gone = match error.kind() {
+            lapin::ErrorKind::IOError(_)
+            | lapin::ErrorKind::InvalidConnectionState(_)
+            | lapin::ErrorKind::MissingHeartbeatError
+            | lapin::ErrorKind::RuntimeShutdownError(_) => true,
+            lapin::ErrorKind::InvalidChannelState(..) => !self.connected().await,
+            _ => false,
+        };
+        let failure = classify(error);
+        if gone {
+            PublishFailure::new(FailureKind::Unavailable, format!("connection lost: {}", failure.reason))
+        } else {
+            failure
         }
-        _ => classify(error),
+    }
+
+    async fn connected(&self) -> bool {
+        self.state.lock().await.connection.as_ref().is_some_and(|c| c.status().connected())
     }
 }
 
@@ -440,9 +451,10 @@ impl Publisher for AmqpPublisher {
                 )
                 .await
             {
-                Ok(pending) => out.push(Box::pin(confirm(pending, body_len))),
+                Ok(pending) => out.push(Box::pin(confirm(pending, body_len, self.inner.clone()))),
                 Err(e) => {
-                    let failure = match blame(PublishOutcome::Failed(lost_or_classified(&e)), body_len) {
+                    let failure = match blame(PublishOutcome::Failed(self.inner.lost_or_classified(&e).await), body_len)
+                    {
                         PublishOutcome::Failed(f) => f,
                         PublishOutcome::Confirmed => PublishFailure::new(FailureKind::Transient, "unknown"),
                     };

@@ -865,7 +865,7 @@ impl<P: Publisher> Relay<P> {
         }
         let sorted = self.sort_outcomes(&claimed, sent);
         let mut report = BatchReport { claimed: claimed.len(), ..BatchReport::default() };
-        self.record(&sorted, token, &mut report, Recording { lease_ends, hard }).await?;
+        self.record(&sorted, token, &mut report, Recording { lease_ends, hard, retried: false }).await?;
         metrics::counter!("outbox_published_total").increment(report.published as u64);
         metrics::counter!("outbox_quarantined_total").increment(report.quarantined as u64);
         if report.lost_claims > 0 {
@@ -988,7 +988,7 @@ impl<P: Publisher> Relay<P> {
         let started = Instant::now();
         let owned = r.retry("mark published", || store::mark_published(pool, &sorted.published, token)).await?;
         report.published = sorted.published.len();
-        report.lost_claims += sorted.published.len() - usize::try_from(owned).unwrap_or(0);
+        report.lost_claims += r.lost(sorted.published.len(), owned);
         if let Some(every) = self.shared.settings.vacuum_after
             && self.shared.published_since_vacuum.fetch_add(owned, Ordering::Relaxed) + owned >= every
         {
@@ -997,7 +997,7 @@ impl<P: Publisher> Relay<P> {
         report.quarantined = sorted.failures.iter().filter(|f| f.quarantine).count();
         report.retried = sorted.failures.len() - report.quarantined;
         let owned = r.retry("record failures", || store::mark_failed(pool, &sorted.failures, token)).await?;
-        report.lost_claims += sorted.failures.len() - usize::try_from(owned).unwrap_or(0);
+        report.lost_claims += r.lost(sorted.failures.len(), owned);
         let released = r.retry("release", || store::release(pool, &sorted.released, token, false)).await?;
         report.released = usize::try_from(released).unwrap_or(0);
         let unsent = r.retry("give back unsent", || store::release(pool, &sorted.unsent, token, true)).await?;
@@ -1073,9 +1073,18 @@ fn classify_outcome(outcome: Option<PublishOutcome>, unsent: bool, cut_short: bo
 struct Recording {
     lease_ends: tokio::time::Instant,
     hard: watch::Receiver<bool>,
+    /// A statement had to be sent again: one whose answer was lost may have been applied.
+    retried: bool,
 }
 
 impl Recording {
+    /// Of `sent` rows, how many the claim no longer owned when `owned` were recorded. After a
+    /// statement was sent again the rows not found may have been recorded by the attempt whose
+    /// answer was lost, so they do not count as taken over.
+    fn lost(&self, sent: usize, owned: u64) -> usize {
+        if self.retried { 0 } else { sent.saturating_sub(usize::try_from(owned).unwrap_or(0)) }
+    }
+
     /// Runs `statement` until the database answers, backing off from 50 ms to 1 s, while the lease
     /// lasts and no hard stop came; a statement fenced by the claim token may run again safely.
     async fn retry<T, F, Fut>(&mut self, what: &'static str, mut statement: F) -> Result<T>
@@ -1098,6 +1107,7 @@ impl Recording {
             if tokio::time::Instant::now() + wait >= self.lease_ends || e.kind() == FailureKind::Contract {
                 return Err(e);
             }
+            self.retried = true;
             if !failed {
                 tracing::warn!(step = what, error = %e, kind = %e.kind(), "cannot record a batch's outcome yet; retrying while its lease lasts");
                 failed = true;
