@@ -62,7 +62,7 @@ pub enum Error {
     #[error("handler panicked")]
     Panicked,
     /// The inbox's own SQL failed.
-    #[error("inbox database error: {0}")]
+    #[error("inbox database error: {}", DbMessage(.0))]
     Database(#[from] sqlx::Error),
     /// A service layer in front of the handler failed (for example a tower timeout).
     #[error("handler layer failed: {0}")]
@@ -100,3 +100,20 @@ impl Error {
 
 /// `Result` with the consumer's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A sqlx error for people: a server error's message and SQLSTATE, without the source position
+/// sqlx appends (`at line 1392` of PostgreSQL's C file) and without its detail, which can quote a
+/// parked payload.
+struct DbMessage<'a>(&'a sqlx::Error);
+
+impl std::fmt::Display for DbMessage<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.as_database_error() {
+            Some(db) => match db.code() {
+                Some(code) => write!(f, "{} (SQLSTATE {code})", db.message()),
+                None => f.write_str(db.message()),
+            },
+            None => write!(f, "{}", self.0),
+        }
+    }
+}

@@ -25,7 +25,7 @@ pub enum Error {
     #[error("database error: {}", DbMessage(.0))]
     Database(#[from] sqlx::Error),
     /// Applying the product's migrations failed.
-    #[error("migration error: {0}")]
+    #[error("migration error: {}", MigrateMessage(.0))]
     Migrate(#[from] sqlx::migrate::MigrateError),
     /// A relay or retention setting is out of range.
     #[error("invalid configuration: {0}")]
@@ -96,6 +96,21 @@ impl std::fmt::Display for DbMessage<'_> {
                 None => f.write_str(db.message()),
             },
             None => write!(f, "{}", self.0),
+        }
+    }
+}
+
+/// A migration error for people: a failed statement as [`DbMessage`] shows it.
+struct MigrateMessage<'a>(&'a sqlx::migrate::MigrateError);
+
+impl std::fmt::Display for MigrateMessage<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            sqlx::migrate::MigrateError::Execute(e) => write!(f, "{}", DbMessage(e)),
+            sqlx::migrate::MigrateError::ExecuteMigration(e, version) => {
+                write!(f, "migration {version} failed: {}", DbMessage(e))
+            }
+            other => write!(f, "{other}"),
         }
     }
 }
