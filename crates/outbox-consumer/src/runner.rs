@@ -393,24 +393,28 @@ where
     /// [`Error::Amqp`] only for a crash point; broker failures are retried with backoff.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
         tokio::pin!(shutdown);
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = outbox_core::Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
         loop {
             let session = self.session(&mut shutdown);
-            match session.await {
+            let wait = match session.await {
                 Ok(true) => return Ok(()),
-                Ok(false) => backoff = Duration::from_millis(100),
+                Ok(false) => {
+                    backoff.reset();
+                    backoff.fail()
+                }
                 Err(e) => {
                     if self.shared.crashed.load(std::sync::atomic::Ordering::SeqCst) {
                         return Err(e);
                     }
-                    tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "inbox runner lost the broker; reconnecting");
+                    let wait = backoff.fail();
+                    tracing::warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "inbox runner lost the broker; reconnecting");
+                    wait
                 }
-            }
+            };
             tokio::select! {
                 () = &mut shutdown => return Ok(()),
-                () = tokio::time::sleep(backoff) => {}
+                () = tokio::time::sleep(wait) => {}
             }
-            backoff = (backoff * 2).min(Duration::from_secs(10));
         }
     }
 

@@ -24,6 +24,7 @@
 //! # Ok::<(), outbox_core::EventError>(())
 //! ```
 
+mod backoff;
 mod error;
 mod event;
 mod failure;
@@ -35,6 +36,7 @@ mod retry;
 mod status;
 pub mod wire;
 
+pub use backoff::Backoff;
 pub use error::{EventError, Result};
 pub use event::{CONTENT_TYPE_JSON, Entity, Event, Limits, NewEvent, Payload};
 pub use failure::FailureKind;

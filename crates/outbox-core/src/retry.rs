@@ -119,9 +119,7 @@ impl RetryPolicy {
 
     /// The upper bound of the delay after `attempts` failed attempts (before jitter).
     pub fn delay_bound(&self, attempts: u32) -> Duration {
-        let exp = attempts.saturating_sub(1).min(32);
-        let bound = self.initial_delay.saturating_mul(1u32 << exp.min(31));
-        bound.min(self.max_delay).max(self.initial_delay.min(self.max_delay))
+        crate::Backoff::new(self.initial_delay, self.max_delay).delay(attempts.max(1))
     }
 
     /// Decides what follows a failed attempt, with the thread's random source.

@@ -124,7 +124,7 @@ impl AmqpPublisherBuilder {
 /// The wait before the next connection attempt after `failures` failed ones in a row: 100 ms,
 /// doubling, at most 5 s.
 fn reconnect_backoff(failures: u32) -> Duration {
-    Duration::from_millis(100).saturating_mul(1 << failures.saturating_sub(1).min(6)).min(Duration::from_secs(5))
+    outbox_core::Backoff::new(Duration::from_millis(100), Duration::from_secs(5)).delay(failures)
 }
 
 /// Checks that `url` is an AMQP URL lapin can connect with. The reason never quotes the URL: it

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant, SystemTime};
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use outbox_core::{
-    ExchangeKind, FailureKind, OutgoingMessage, PublishFailure, PublishOutcome, Publisher, RetryDecision, RetryPolicy,
-    wire,
+    Backoff, ExchangeKind, FailureKind, OutgoingMessage, PublishFailure, PublishOutcome, Publisher, RetryDecision,
+    RetryPolicy, wire,
 };
 use sqlx::PgPool;
 use tokio::sync::{Notify, watch};
@@ -427,6 +427,26 @@ enum IdleWait {
     For(Duration),
 }
 
+/// The claim loop's wait after a database failure: 100 ms doubling to 1 s, so that claims resume
+/// within a second of the database's return.
+struct DatabaseBackoff(Backoff);
+
+impl Default for DatabaseBackoff {
+    fn default() -> Self {
+        Self(Backoff::new(Duration::from_millis(100), Duration::from_secs(1)))
+    }
+}
+
+/// The claim loop's wait after the broker refused a whole batch: 100 ms doubling to 5 s, so that a
+/// broker refusing everything is not a hot loop over the backlog.
+struct RefusedBackoff(Backoff);
+
+impl Default for RefusedBackoff {
+    fn default() -> Self {
+        Self(Backoff::new(Duration::from_millis(100), Duration::from_secs(5)))
+    }
+}
+
 /// The batches a relay's claim loop has handed to their delivery tasks.
 #[derive(Default)]
 struct Flight {
@@ -440,7 +460,10 @@ struct Flight {
     successors: bool,
     /// No claims before this (a failing database, a broker that fails every message).
     backoff_until: Option<tokio::time::Instant>,
-    backoff: Duration,
+    /// After a failed claim, or a batch whose outcome could not be recorded.
+    database_backoff: DatabaseBackoff,
+    /// After a batch the broker refused whole.
+    refused_backoff: RefusedBackoff,
     /// The broker could not be reached: no claims until the publisher connects again.
     paused: bool,
     /// Tokens of claims whose answer was lost with the database connection: whatever they took is
@@ -473,28 +496,37 @@ impl Flight {
                 self.successors |= ordered && report.published > 0;
             }
             Ok(report) if report.published > 0 || report.retried + report.quarantined == 0 => {
-                self.backoff = Duration::ZERO;
+                self.database_backoff.0.reset();
+                self.refused_backoff.0.reset();
                 self.backoff_until = None;
                 self.successors |= ordered && report.published > 0;
             }
             Ok(_) => {
                 // The broker refused every message of the batch: back off before claiming more,
                 // so that it is not a hot loop over the backlog.
-                self.back_off(Duration::from_secs(5));
+                let wait = self.refused_backoff.0.fail();
+                self.back_off(wait);
             }
             Err(Error::Crashed) => return Err(Error::Crashed),
             Err(e) => {
                 tracing::warn!(error = %e, kind = %e.kind(), "recording a batch's outcome failed for the length of its lease; its rows are published again");
-                self.back_off(Duration::from_secs(1));
+                self.database_failed();
             }
         }
         Ok(room_made || self.successors)
     }
 
-    /// Doubles the back-off (100 ms to `cap`): no claims until it has passed.
-    fn back_off(&mut self, cap: Duration) {
-        self.backoff = (self.backoff * 2).clamp(Duration::from_millis(100), cap);
-        self.backoff_until = Some(tokio::time::Instant::now() + self.backoff);
+    /// No claims for `wait`.
+    fn back_off(&mut self, wait: Duration) {
+        self.backoff_until = Some(tokio::time::Instant::now() + wait);
+    }
+
+    /// The database failed a claim or a recording: no claims for the next database back-off;
+    /// returns it.
+    fn database_failed(&mut self) -> Duration {
+        let wait = self.database_backoff.0.fail();
+        self.back_off(wait);
+        wait
     }
 
     /// Whether claims wait for a back-off that has not passed yet.
@@ -694,8 +726,7 @@ impl<P: Publisher> Relay<P> {
                         tracing::warn!(error = %e, kind = %e.kind(), "relay claim failed; retrying");
                         // The claim may have taken rows before its answer was lost.
                         flight.orphaned.push(token);
-                        flight.back_off(Duration::from_secs(1));
-                        Some(flight.backoff)
+                        Some(flight.database_failed())
                     }
                 }
             };
@@ -798,8 +829,7 @@ impl<P: Publisher> Relay<P> {
                 }
                 Err(e) => {
                     tracing::debug!(error = %e, "cannot give back a lost claim's rows yet");
-                    flight.back_off(Duration::from_secs(1));
-                    return Some(flight.backoff);
+                    return Some(flight.database_failed());
                 }
             }
         }
@@ -1092,7 +1122,7 @@ impl Recording {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T>>,
     {
-        let mut wait = Duration::from_millis(50);
+        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
         let mut failed = false;
         loop {
             let e = match statement().await {
@@ -1104,6 +1134,7 @@ impl Recording {
                 }
                 Err(e) => e,
             };
+            let wait = backoff.fail();
             if tokio::time::Instant::now() + wait >= self.lease_ends || e.kind() == FailureKind::Contract {
                 return Err(e);
             }
@@ -1116,7 +1147,6 @@ impl Recording {
                 () = tokio::time::sleep(wait) => {}
                 _ = self.hard.wait_for(|h| *h) => return Err(e),
             }
-            wait = (wait * 2).min(Duration::from_secs(1));
         }
     }
 }
@@ -1199,23 +1229,22 @@ async fn vacuum<P: Publisher>(shared: Arc<Shared<P>>) {
 /// LISTEN for commits; wake the claim loop on each notification, and after every reconnect (when
 /// notifications may have been lost).
 async fn listen<P: Publisher>(shared: Arc<Shared<P>>) {
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     loop {
         let mut listener = match sqlx::postgres::PgListener::connect_with(&shared.pool).await {
             Ok(l) => l,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot LISTEN for outbox notifications; polling meanwhile");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+                tokio::time::sleep(backoff.fail()).await;
                 continue;
             }
         };
         if let Err(e) = listener.listen(crate::NOTIFY_CHANNEL).await {
             tracing::warn!(error = %e, "LISTEN failed; polling meanwhile");
-            tokio::time::sleep(backoff).await;
+            tokio::time::sleep(backoff.fail()).await;
             continue;
         }
-        backoff = Duration::from_millis(100);
+        backoff.reset();
         shared.wake.notify_waiters();
         loop {
             match listener.try_recv().await {
