@@ -23,8 +23,6 @@
 //! one database. On SIGTERM or Ctrl-C it stops writing, lets the relay finish the confirms in
 //! flight, and exits.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::process::ExitCode;
 use std::str::FromStr;
 use std::time::Duration;
@@ -32,6 +30,7 @@ use std::time::Duration;
 use outbox_producer::{AmqpPublisher, Outbox, Partitioned, Relay, RelayHandle};
 use rand::Rng;
 use sqlx::PgPool;
+use tokio::sync::watch;
 use tracing_subscriber::EnvFilter;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -89,17 +88,24 @@ fn init_tracing() {
     tracing_subscriber::fmt().with_env_filter(filter).init();
 }
 
-/// A future that resolves on SIGTERM or Ctrl-C (SIGINT). Both are caught from this call on, not
-/// only once the future is polled.
-fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
+/// A receiver that turns `true` on SIGTERM or Ctrl-C (SIGINT). Both are caught from this call on.
+fn stop_on_signal() -> std::io::Result<watch::Receiver<bool>> {
     use tokio::signal::unix::{SignalKind, signal};
     let (mut term, mut int) = (signal(SignalKind::terminate())?, signal(SignalKind::interrupt())?);
-    Ok(async move {
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
         tokio::select! {
             _ = term.recv() => tracing::info!("SIGTERM received"),
             _ = int.recv() => tracing::info!("Ctrl-C received"),
         }
-    })
+        let _ = tx.send(true);
+    });
+    Ok(rx)
+}
+
+/// Resolves once `stop` turned `true` (or its sender is gone).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
 }
 
 fn start_relay(pool: &PgPool, s: &Settings) -> Result<RelayHandle, outbox_producer::Error> {
@@ -112,39 +118,40 @@ fn start_relay(pool: &PgPool, s: &Settings) -> Result<RelayHandle, outbox_produc
     Ok(relay.spawn())
 }
 
-async fn write_changes(pool: &PgPool, changes: usize, orders: i64) -> Result<(), BoxError> {
+/// Writes the changes, each in a transaction of its own, until done or `stop`; a change in
+/// progress is always finished (committed), never cut short. Returns how many were written.
+async fn write_changes(
+    pool: &PgPool,
+    changes: usize,
+    orders: i64,
+    stop: &watch::Receiver<bool>,
+) -> Result<usize, BoxError> {
     let outbox = Outbox::new();
-    for _ in 0..changes {
+    for written in 0..changes {
+        if *stop.borrow() {
+            return Ok(written);
+        }
         let id = rand::rng().random_range(1..=orders);
         orders_service::change_order(pool, &outbox, id).await?;
     }
-    Ok(())
+    Ok(changes)
 }
 
 /// Writes the changes, then relays until `stop` (or for `RELAY_SECS`); `stop` ends the writing too.
-async fn write_then_relay(
-    pool: &PgPool,
-    s: &Settings,
-    mut stop: Pin<&mut impl Future<Output = ()>>,
-) -> Result<(), BoxError> {
-    tokio::select! {
-        written = write_changes(pool, s.changes, s.orders) => written?,
-        () = stop.as_mut() => {
-            tracing::info!("stopping before every change was written");
-            return Ok(());
-        }
+async fn write_then_relay(pool: &PgPool, s: &Settings, mut stop: watch::Receiver<bool>) -> Result<(), BoxError> {
+    let written = write_changes(pool, s.changes, s.orders, &stop).await?;
+    if written < s.changes {
+        tracing::info!(written, "stopping before every change was written");
+        return Ok(());
     }
     match s.relay_for {
         Some(d) => {
             tracing::info!(changes = s.changes, relay_secs = d.as_secs(), "changes written; relaying, then stopping");
-            tokio::select! {
-                () = tokio::time::sleep(d) => {}
-                () = stop => {}
-            }
+            let _ = tokio::time::timeout(d, stopped(&mut stop)).await;
         }
         None => {
             tracing::info!(changes = s.changes, "changes written; relaying until SIGTERM or Ctrl-C");
-            stop.await;
+            stopped(&mut stop).await;
         }
     }
     Ok(())
@@ -152,13 +159,12 @@ async fn write_then_relay(
 
 async fn run() -> Result<(), BoxError> {
     let s = Settings::from_env()?;
-    let stop = shutdown_signal()?;
-    let mut stop = std::pin::pin!(stop);
+    let stop = stop_on_signal()?;
     orders_service::create_database_if_missing(&s.database_url).await?;
     let pool = PgPool::connect(&s.database_url).await?;
     orders_service::migrate(&pool).await?;
     let relay = start_relay(&pool, &s)?;
-    let result = write_then_relay(&pool, &s, stop.as_mut()).await;
+    let result = write_then_relay(&pool, &s, stop).await;
     tracing::info!("stopping the relay: awaiting the confirms in flight");
     let stopped = relay.shutdown().await;
     pool.close().await;
