@@ -14,6 +14,8 @@
 //! - `DEMO_NAME`: default `outbox_demo` (lowercase letters, digits and `_`), the prefix of the
 //!   names above; give each demo running at once on one server a name of its own.
 //! - `RUST_LOG`: default `warn`. A clean run logs nothing.
+//!   Whatever it says, `outbox_core::REDACTING_LOG_DIRECTIVES` are added after it, so lapin never
+//!   logs message content (its returned messages off, lapin itself at `info`).
 //!
 //! Exits with status 1 if the reconciliation finds anything off: a change without its event, an
 //! event not published, an event not applied or applied twice, or an order applied out of order.

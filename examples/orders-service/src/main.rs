@@ -15,7 +15,9 @@
 //! - `PARTITIONS`: default `4`; the routing key is `partition.<n>`, `n` a stable hash of the order.
 //! - `RELAY_SECS`: unset by default (relay until SIGTERM or Ctrl-C); a number of seconds to relay
 //!   after the changes are written, then stop by itself.
-//! - `RUST_LOG`: default `info`.
+//! - `RUST_LOG`: default `info,sqlx::postgres::notice=warn`.
+//!   Whatever it says, `outbox_core::REDACTING_LOG_DIRECTIVES` are added after it, so lapin never
+//!   logs message content (its returned messages off, lapin itself at `info`).
 //!
 //! Start the shipping service first (`cargo run -p shipping-service`, same `EXCHANGE` and
 //! `PARTITIONS`): it declares the queues. An event published while no queue is bound comes back
@@ -79,9 +81,11 @@ impl Settings {
     }
 }
 
-/// Logs at `RUST_LOG` (default `info`), never letting lapin log message content.
+/// Logs at `RUST_LOG` (see the header), never letting lapin log message content.
 fn init_tracing() {
-    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // Without RUST_LOG: info, but not PostgreSQL's notices ("relation ... already exists, skipping").
+    let default = || EnvFilter::new("info,sqlx::postgres::notice=warn");
+    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| default());
     for d in outbox_core::REDACTING_LOG_DIRECTIVES {
         filter = filter.add_directive(d.parse().expect("constant directive"));
     }

@@ -11,7 +11,9 @@
 //!   (declared if missing).
 //! - `QUEUE_BASE`: default `shipping.orders`; the partition queues are `<QUEUE_BASE>.<n>`.
 //! - `PARTITIONS`: default `4`, as many as the orders service's.
-//! - `RUST_LOG`: default `info`.
+//! - `RUST_LOG`: default `info,sqlx::postgres::notice=warn`.
+//!   Whatever it says, `outbox_core::REDACTING_LOG_DIRECTIVES` are added after it, so lapin never
+//!   logs message content (its returned messages off, lapin itself at `info`).
 //!
 //! Start it before the orders service, so that its queues exist when the events are published.
 //! Run several processes at once, as many as you like: they set up the database one after the
@@ -58,9 +60,11 @@ impl Settings {
     }
 }
 
-/// Logs at `RUST_LOG` (default `info`), never letting lapin log message content.
+/// Logs at `RUST_LOG` (see the header), never letting lapin log message content.
 fn init_tracing() {
-    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // Without RUST_LOG: info, but not PostgreSQL's notices ("relation ... already exists, skipping").
+    let default = || EnvFilter::new("info,sqlx::postgres::notice=warn");
+    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| default());
     for d in outbox_core::REDACTING_LOG_DIRECTIVES {
         filter = filter.add_directive(d.parse().expect("constant directive"));
     }
