@@ -21,9 +21,10 @@
 //!
 //! Start the shipping service first (`cargo run -p shipping-service`, same `EXCHANGE` and
 //! `PARTITIONS`): it declares the queues. An event published while no queue is bound comes back
-//! unroutable and is quarantined (see `docs/quarantine.md`). Several processes may run at once on
-//! one database. On SIGTERM or Ctrl-C it stops writing, lets the relay finish the confirms in
-//! flight, and exits.
+//! unroutable and is quarantined, and the later events of its order wait behind it: retry such
+//! events once the queues exist (`docs/quarantine.md`), or drop the database to start afresh.
+//! Several processes may run at once on one database. On SIGTERM or Ctrl-C it stops writing
+//! (finishing the change in progress), lets the relay finish the confirms in flight, and exits.
 
 use std::process::ExitCode;
 use std::str::FromStr;
@@ -60,14 +61,16 @@ fn number<T: FromStr>(arg: Option<String>, name: &str, default: T) -> Result<T, 
     }
 }
 
+fn at_least_one<T: PartialOrd + From<u8>>(value: T, name: &str) -> Result<T, BoxError> {
+    if value < T::from(1) { Err(format!("{name} must be at least 1").into()) } else { Ok(value) }
+}
+
 impl Settings {
     fn from_env() -> Result<Self, BoxError> {
         let mut args = std::env::args().skip(1);
         let changes = number(args.next(), "CHANGES", 1000)?;
         let orders: i64 = number(args.next(), "ORDERS", 100)?;
-        if orders < 1 {
-            return Err("ORDERS must be at least 1".into());
-        }
+        let orders = at_least_one(orders, "ORDERS")?;
         let relay_secs = std::env::var("RELAY_SECS").ok().map(|v| number(Some(v), "RELAY_SECS", 0)).transpose()?;
         Ok(Self {
             changes,
@@ -75,7 +78,7 @@ impl Settings {
             database_url: env_or("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/outbox_example_orders"),
             amqp_url: env_or("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f"),
             exchange: env_or("EXCHANGE", "orders.events"),
-            partitions: number(None, "PARTITIONS", 4)?,
+            partitions: at_least_one(number(None, "PARTITIONS", 4)?, "PARTITIONS")?,
             relay_for: relay_secs.map(Duration::from_secs),
         })
     }

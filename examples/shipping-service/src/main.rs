@@ -55,7 +55,10 @@ impl Settings {
             amqp_url: env_or("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f"),
             exchange: env_or("EXCHANGE", "orders.events"),
             queue_base: env_or("QUEUE_BASE", "shipping.orders"),
-            partitions: env_number("PARTITIONS", 4)?,
+            partitions: match env_number("PARTITIONS", 4)? {
+                0 => return Err("PARTITIONS must be at least 1".into()),
+                n => n,
+            },
         })
     }
 }
