@@ -31,6 +31,7 @@ use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, PgPool};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tracing::log::LevelFilter;
 use tracing_subscriber::EnvFilter;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -113,8 +114,12 @@ fn stop_on_signal() -> std::io::Result<watch::Receiver<bool>> {
     Ok(rx)
 }
 
+/// Drops and creates the database `name`, and opens a pool on it.
 async fn fresh_database(server: &PgConnectOptions, name: &str) -> Result<PgPool, BoxError> {
-    let mut admin = server.connect().await?;
+    // DROP DATABASE waits for a checkpoint: seconds on a busy disk, and no sign of trouble. sqlx
+    // would log it as a slow statement at WARN; at INFO it stays visible with RUST_LOG=info.
+    let admin_options = server.clone().log_slow_statements(LevelFilter::Info, Duration::from_secs(1));
+    let mut admin = admin_options.connect().await?;
     sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)")))
         .execute(&mut admin)
         .await?;
