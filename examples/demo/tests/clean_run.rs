@@ -5,25 +5,34 @@ use std::process::{Command, Output};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use outbox_testkit::{TestBroker, TestDb};
+use sqlx::ConnectOptions;
 
-/// Drops the demo's databases at the end, even on a panic. (If this test process is killed, the
-/// testkit's sweep removes them later: their names start like the testkit's own.)
+/// Drops the demo's databases at the end of the test or on a panic, over a connection of its own
+/// to the testkit's database (which must still exist). If this test process is killed, the
+/// testkit's sweep removes them later: their names start like the testkit's own.
 struct DropDatabases {
-    admin: sqlx::PgPool,
+    admin: sqlx::postgres::PgConnectOptions,
     names: Vec<String>,
 }
 
 impl Drop for DropDatabases {
     fn drop(&mut self) {
         let (admin, names) = (self.admin.clone(), self.names.clone());
-        let _ = std::thread::spawn(move || {
+        let dropped = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-            for name in names {
-                let sql = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
-                let _ = rt.block_on(sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&admin));
-            }
+            rt.block_on(async {
+                let mut conn = admin.connect().await?;
+                for name in names {
+                    let sql = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
+                    sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut conn).await?;
+                }
+                Ok::<(), sqlx::Error>(())
+            })
         })
         .join();
+        if !matches!(dropped, Ok(Ok(()))) {
+            eprintln!("could not drop the databases {:?}", self.names);
+        }
     }
 }
 
@@ -66,8 +75,8 @@ async fn two_runs_are_clean_and_log_no_warning_or_error() {
     let admin = TestDb::empty().await.expect("db");
     let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let name = format!("outbox_t_{secs}_{}_demo", outbox_testkit::unique_suffix());
-    let _drop_dbs = DropDatabases {
-        admin: admin.pool().clone(),
+    let drop_dbs = DropDatabases {
+        admin: admin.connect_options().clone(),
         names: vec![format!("{name}_orders"), format!("{name}_shipping")],
     };
     let broker = TestBroker::new().await.expect("broker");
@@ -92,6 +101,7 @@ async fn two_runs_are_clean_and_log_no_warning_or_error() {
     }
 
     broker.close().await.expect("broker cleanup");
+    drop(drop_dbs);
     admin.close().await.expect("db cleanup");
 }
 

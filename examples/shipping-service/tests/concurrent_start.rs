@@ -85,22 +85,29 @@ impl Drop for Services {
     }
 }
 
-/// Drops the database the services created, even on a panic. (If this test process is killed,
-/// the testkit's sweep removes it later: its name starts like the testkit's own.)
+/// Drops a database the test's processes created, at the end of the test or on a panic, over a
+/// connection of its own to the testkit's database (which must still exist). If this test
+/// process is killed, the testkit's sweep removes it later: its name starts like the testkit's own.
 struct DropDatabase {
-    admin: sqlx::PgPool,
+    admin: sqlx::postgres::PgConnectOptions,
     name: String,
 }
 
 impl Drop for DropDatabase {
     fn drop(&mut self) {
         let (admin, name) = (self.admin.clone(), self.name.clone());
-        let _ = std::thread::spawn(move || {
+        let dropped = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-            let sql = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
-            let _ = rt.block_on(sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&admin));
+            rt.block_on(async {
+                let mut conn = admin.connect().await?;
+                let sql = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
+                sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut conn).await.map(drop)
+            })
         })
         .join();
+        if !matches!(dropped, Ok(Ok(()))) {
+            eprintln!("could not drop the database {}", self.name);
+        }
     }
 }
 
@@ -110,7 +117,7 @@ async fn three_processes_start_at_once_on_a_missing_database_and_stop_on_sigterm
     // next to it that nobody has created yet.
     let admin = TestDb::empty().await.expect("db");
     let name = format!("{}_svc", admin.name());
-    let _drop_db = DropDatabase { admin: admin.pool().clone(), name: name.clone() };
+    let drop_db = DropDatabase { admin: admin.connect_options().clone(), name: name.clone() };
     let options = admin.connect_options().clone().database(&name);
     let url = options.to_url_lossy().to_string();
 
@@ -166,5 +173,6 @@ async fn three_processes_start_at_once_on_a_missing_database_and_stop_on_sigterm
 
     drop(services);
     broker.close().await.expect("broker cleanup");
+    drop(drop_db);
     admin.close().await.expect("db cleanup");
 }
