@@ -151,7 +151,7 @@ pub(crate) fn stdin_lines() -> tokio::sync::mpsc::UnboundedReceiver<String> {
 /// Initialises logging of a child to standard error (`RUST_LOG`, warnings by default); standard
 /// output is for the parent.
 pub(crate) fn init_child_logging() {
-    tracing_subscriber::fmt().with_env_filter(outbox_testkit::log_filter("warn")).with_writer(std::io::stderr).init();
+    outbox_testkit::init_logging("warn");
 }
 
 #[cfg(test)]

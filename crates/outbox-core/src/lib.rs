@@ -45,6 +45,6 @@ pub use id::EventId;
 pub use publish::{
     ConfirmFuture, ExchangeKind, OutgoingMessage, PublishFailure, PublishOutcome, Publisher, partition_for,
 };
-pub use redact::REDACTING_LOG_DIRECTIVES;
+pub use redact::REDACTING_LOG_TARGETS;
 pub use retry::{QuarantineReason, RetryDecision, RetryPolicy};
 pub use status::{ParseStatusError, Status};

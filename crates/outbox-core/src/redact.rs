@@ -1,25 +1,26 @@
-//! Log filter directives that keep dependencies from printing message content.
+//! The log filter that keeps dependencies from printing message content.
 
-/// `tracing` filter directives (the `EnvFilter` / `RUST_LOG` syntax) that keep lapin, the AMQP
-/// client, from logging message content. Add them after the user's own directives, so they win
-/// whatever `RUST_LOG` says:
+/// A `tracing` targets filter (the syntax of `tracing_subscriber::filter::Targets`) that keeps
+/// lapin, the AMQP client, from logging message content, and lets everything else through:
 ///
 /// - `lapin::returned_messages=off`: lapin logs every message the broker returns (an unroutable
 ///   event, with `mandatory`) at WARN, body bytes included. The relay records and logs the return
 ///   itself, without the body.
 /// - `lapin=info`: at DEBUG and TRACE lapin logs whole frames, message bodies included.
 ///
-/// The `outbox` command and every example apply them; a service that installs its own subscriber
-/// should too:
+/// Combine it with your own filter by `and`: it only ever drops events, so it never shows what your
+/// filter hides (`RUST_LOG=warn` stays quiet) and hides message content whatever your filter
+/// shows (`RUST_LOG=trace` included). The `outbox` command and every example do so:
 ///
 /// ```
-/// # fn filter(env: &str) -> Vec<String> {
-/// let mut directives: Vec<String> = env.split(',').map(str::to_owned).collect();
-/// directives.extend(outbox_core::REDACTING_LOG_DIRECTIVES.iter().map(|d| (*d).to_owned()));
-/// # directives }
-/// // With tracing-subscriber:
-/// // let mut filter = EnvFilter::from_default_env();
-/// // for d in outbox_core::REDACTING_LOG_DIRECTIVES { filter = filter.add_directive(d.parse()?); }
-/// # assert_eq!(filter("trace").last().map(String::as_str), Some("lapin=info"));
+/// use tracing_subscriber::filter::{EnvFilter, FilterExt, Targets};
+/// use tracing_subscriber::prelude::*;
+///
+/// let yours = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+/// let redact: Targets = outbox_core::REDACTING_LOG_TARGETS.parse().expect("a constant that parses");
+/// let subscriber = tracing_subscriber::registry()
+///     .with(tracing_subscriber::fmt::layer().with_filter(yours.and(redact)));
+/// # drop(subscriber);
+/// // subscriber.init();
 /// ```
-pub const REDACTING_LOG_DIRECTIVES: [&str; 2] = ["lapin::returned_messages=off", "lapin=info"];
+pub const REDACTING_LOG_TARGETS: &str = "trace,lapin=info,lapin::returned_messages=off";

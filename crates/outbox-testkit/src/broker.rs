@@ -169,13 +169,23 @@ async fn delete_all(url: &str, queues: Vec<String>, exchanges: Vec<String>) -> R
         return Ok(());
     }
     let connection = Connection::connect(url, ConnectionProperties::default()).await?;
+    // One channel, replaced only when the broker closed it over a failed delete; closed (and the
+    // close awaited) before the connection, or lapin logs a connection error for the dropped one.
+    let mut channel = connection.create_channel().await?;
     for q in queues {
-        let channel = connection.create_channel().await?;
+        if !channel.status().connected() {
+            channel = connection.create_channel().await?;
+        }
         let _ = channel.queue_delete(q.as_str().into(), QueueDeleteOptions::default()).await;
     }
     for e in exchanges {
-        let channel = connection.create_channel().await?;
+        if !channel.status().connected() {
+            channel = connection.create_channel().await?;
+        }
         let _ = channel.exchange_delete(e.as_str().into(), ExchangeDeleteOptions::default()).await;
+    }
+    if channel.status().connected() {
+        let _ = channel.close(200, "test cleanup".into()).await;
     }
     let _ = connection.close(200, "test cleanup".into()).await;
     Ok(())

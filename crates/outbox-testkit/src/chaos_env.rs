@@ -38,7 +38,7 @@ pub(crate) fn millis(name: &'static str, default: u64) -> Result<Duration, Confi
 
 /// Logs to stderr at the level of `RUST_LOG` (default `warn`), never a payload.
 pub(crate) fn init_logging() {
-    tracing_subscriber::fmt().with_env_filter(outbox_testkit::log_filter("warn")).with_writer(std::io::stderr).init();
+    outbox_testkit::init_logging("warn");
 }
 
 /// A lazily connecting pool on `DATABASE_URL` whose connections carry `name` as `application_name`.

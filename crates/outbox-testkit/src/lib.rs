@@ -58,17 +58,15 @@ pub use reconcile::{
 };
 pub use recorder::{Record, Recorder};
 
-/// The log filter of the testkit's processes and the bench: `RUST_LOG` (or `default`), then
-/// [`outbox_core::REDACTING_LOG_DIRECTIVES`], so that no payload reaches a log line.
-pub fn log_filter(default: &str) -> tracing_subscriber::EnvFilter {
-    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    for directive in outbox_core::REDACTING_LOG_DIRECTIVES {
-        if let Ok(d) = directive.parse() {
-            filter = filter.add_directive(d);
-        }
-    }
-    filter
+/// Installs the log of the testkit's processes and the bench: stderr, `RUST_LOG` (or `default`),
+/// and [`outbox_core::REDACTING_LOG_TARGETS`], so that no payload reaches a log line.
+pub fn init_logging(default: &str) {
+    use tracing_subscriber::filter::{EnvFilter, FilterExt, Targets};
+    use tracing_subscriber::prelude::*;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let redact: Targets = outbox_core::REDACTING_LOG_TARGETS.parse().unwrap_or_default();
+    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(filter.and(redact));
+    tracing_subscriber::registry().with(layer).init();
 }
 
 /// A random lowercase suffix for names of test resources.

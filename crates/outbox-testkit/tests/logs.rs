@@ -1,6 +1,6 @@
 //! What the product's components log, captured at TRACE for every target with the product's log
-//! directives (`outbox_core::REDACTING_LOG_DIRECTIVES`, as the `outbox` command and the examples
-//! apply them): never a payload. lapin logs a message the broker returns (unroutable, `mandatory`)
+//! filter (`outbox_core::REDACTING_LOG_TARGETS`, as the `outbox` command and the examples apply
+//! it): never a payload. lapin logs a message the broker returns (unroutable, `mandatory`)
 //! at WARN with its body, and whole frames (deliveries' bodies included) at TRACE.
 //!
 //! Its own test binary: the capture is the process's global subscriber.
@@ -13,7 +13,8 @@ use outbox_consumer::{HandlerError, InboxRequest};
 use outbox_core::NewEvent;
 use outbox_producer::admin;
 use outbox_testkit::{Harness, wait_for};
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::{EnvFilter, FilterExt, Targets};
+use tracing_subscriber::prelude::*;
 
 /// Everything logged in this process, as text.
 #[derive(Clone, Default)]
@@ -33,12 +34,13 @@ impl Write for Capture {
 impl Capture {
     fn install() -> Self {
         let capture = Self::default();
-        let mut filter = EnvFilter::new("trace");
-        for d in outbox_core::REDACTING_LOG_DIRECTIVES {
-            filter = filter.add_directive(d.parse().expect("constant directive"));
-        }
+        let redact: Targets = outbox_core::REDACTING_LOG_TARGETS.parse().expect("constant targets");
         let writer = capture.clone();
-        tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false).with_writer(move || writer.clone()).init();
+        let layer = tracing_subscriber::fmt::layer()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .with_filter(EnvFilter::new("trace").and(redact));
+        tracing_subscriber::registry().with(layer).init();
         capture
     }
 

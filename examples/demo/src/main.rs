@@ -14,8 +14,8 @@
 //! - `DEMO_NAME`: default `outbox_demo` (lowercase letters, digits and `_`), the prefix of the
 //!   names above; give each demo running at once on one server a name of its own.
 //! - `RUST_LOG`: default `warn`. A clean run logs nothing.
-//!   Whatever it says, `outbox_core::REDACTING_LOG_DIRECTIVES` are added after it, so lapin never
-//!   logs message content (its returned messages off, lapin itself at `info`).
+//!   Whatever it says, `outbox_core::REDACTING_LOG_TARGETS` filters after it, so lapin never
+//!   logs message content (its returned messages off, lapin itself at most at `info`).
 //!
 //! Exits with status 1 if the reconciliation finds anything off: a change without its event, an
 //! event not published, an event not applied or applied twice, or an order applied out of order.
@@ -33,6 +33,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::log::LevelFilter;
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::{FilterExt, Targets};
+use tracing_subscriber::prelude::*;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -92,11 +94,9 @@ impl Settings {
 
 /// Logs at `RUST_LOG` (default `warn`), never letting lapin log message content.
 fn init_tracing() {
-    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
-    for d in outbox_core::REDACTING_LOG_DIRECTIVES {
-        filter = filter.add_directive(d.parse().expect("constant directive"));
-    }
-    tracing_subscriber::fmt().with_env_filter(filter).init();
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    let redact: Targets = outbox_core::REDACTING_LOG_TARGETS.parse().expect("constant targets");
+    tracing_subscriber::registry().with(tracing_subscriber::fmt::layer().with_filter(filter.and(redact))).init();
 }
 
 /// A receiver that turns `true` on SIGTERM or Ctrl-C (SIGINT). Both are caught from this call on.

@@ -16,8 +16,8 @@
 //! - `RELAY_SECS`: unset by default (relay until SIGTERM or Ctrl-C); a number of seconds to relay
 //!   after the changes are written, then stop by itself.
 //! - `RUST_LOG`: default `info,sqlx::postgres::notice=warn`.
-//!   Whatever it says, `outbox_core::REDACTING_LOG_DIRECTIVES` are added after it, so lapin never
-//!   logs message content (its returned messages off, lapin itself at `info`).
+//!   Whatever it says, `outbox_core::REDACTING_LOG_TARGETS` filters after it, so lapin never
+//!   logs message content (its returned messages off, lapin itself at most at `info`).
 //!
 //! Start the shipping service first (`cargo run -p shipping-service`, same `EXCHANGE` and
 //! `PARTITIONS`): it declares the queues. An event published while no queue is bound comes back
@@ -35,6 +35,8 @@ use rand::Rng;
 use sqlx::PgPool;
 use tokio::sync::watch;
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::{FilterExt, Targets};
+use tracing_subscriber::prelude::*;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -88,11 +90,9 @@ impl Settings {
 fn init_tracing() {
     // Without RUST_LOG: info, but not PostgreSQL's notices ("relation ... already exists, skipping").
     let default = || EnvFilter::new("info,sqlx::postgres::notice=warn");
-    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| default());
-    for d in outbox_core::REDACTING_LOG_DIRECTIVES {
-        filter = filter.add_directive(d.parse().expect("constant directive"));
-    }
-    tracing_subscriber::fmt().with_env_filter(filter).init();
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| default());
+    let redact: Targets = outbox_core::REDACTING_LOG_TARGETS.parse().expect("constant targets");
+    tracing_subscriber::registry().with(tracing_subscriber::fmt::layer().with_filter(filter.and(redact))).init();
 }
 
 /// A receiver that turns `true` on SIGTERM or Ctrl-C (SIGINT). Both are caught from this call on.

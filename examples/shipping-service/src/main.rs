@@ -12,8 +12,8 @@
 //! - `QUEUE_BASE`: default `shipping.orders`; the partition queues are `<QUEUE_BASE>.<n>`.
 //! - `PARTITIONS`: default `4`, as many as the orders service's.
 //! - `RUST_LOG`: default `info,sqlx::postgres::notice=warn`.
-//!   Whatever it says, `outbox_core::REDACTING_LOG_DIRECTIVES` are added after it, so lapin never
-//!   logs message content (its returned messages off, lapin itself at `info`).
+//!   Whatever it says, `outbox_core::REDACTING_LOG_TARGETS` filters after it, so lapin never
+//!   logs message content (its returned messages off, lapin itself at most at `info`).
 //!
 //! Start it before the orders service, so that its queues exist when the events are published.
 //! Run several processes at once, as many as you like: they set up the database one after the
@@ -26,6 +26,8 @@ use std::str::FromStr;
 
 use shipping_service::BoxError;
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::{FilterExt, Targets};
+use tracing_subscriber::prelude::*;
 
 /// The settings read from the environment.
 struct Settings {
@@ -67,11 +69,9 @@ impl Settings {
 fn init_tracing() {
     // Without RUST_LOG: info, but not PostgreSQL's notices ("relation ... already exists, skipping").
     let default = || EnvFilter::new("info,sqlx::postgres::notice=warn");
-    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| default());
-    for d in outbox_core::REDACTING_LOG_DIRECTIVES {
-        filter = filter.add_directive(d.parse().expect("constant directive"));
-    }
-    tracing_subscriber::fmt().with_env_filter(filter).init();
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| default());
+    let redact: Targets = outbox_core::REDACTING_LOG_TARGETS.parse().expect("constant targets");
+    tracing_subscriber::registry().with(tracing_subscriber::fmt::layer().with_filter(filter.and(redact))).init();
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

@@ -283,7 +283,7 @@ impl<P: Publisher> RelayBuilder<P> {
         }
         let pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(u32::try_from(batches * 2 + 3).unwrap_or(16))
-            .connect_lazy_with((*self.pool.connect_options()).clone().options(session));
+            .connect_lazy_with(relay_connect_options(&self.pool, session));
         Ok(Relay {
             shared: Arc::new(Shared {
                 pool,
@@ -299,6 +299,18 @@ impl<P: Publisher> RelayBuilder<P> {
             }),
         })
     }
+}
+
+/// The relay's own connections: the pool's connect options with the relay's session settings. A
+/// statement slower than a second is logged at INFO, not sqlx's WARN: a claim or a recording can
+/// take that long on a busy server, which `outbox_relay_claim_seconds` and
+/// `outbox_relay_record_seconds` measure; it is not a fault.
+fn relay_connect_options(pool: &PgPool, session: Vec<(&str, &str)>) -> sqlx::postgres::PgConnectOptions {
+    use sqlx::ConnectOptions;
+    (*pool.connect_options())
+        .clone()
+        .options(session)
+        .log_slow_statements(tracing::log::LevelFilter::Info, Duration::from_secs(1))
 }
 
 struct Shared<P> {
