@@ -98,3 +98,46 @@ async fn held_rows_are_released_only_when_their_quarantine_is_resolved() {
     assert_eq!(held, [("stands".to_owned(), 2), ("stands".to_owned(), 3), ("stands".to_owned(), 4)]);
     db.close().await.expect("cleanup");
 }
+
+/// A row written by SQL that breaks the schema's promises (a header value the contract cannot
+/// carry, a type longer than AMQP's short string) is quarantined as `contract` when claimed; its
+/// entity's later events wait behind it and other entities flow. Before, the claim failed as a
+/// whole and the relay took the same row again and again.
+#[tokio::test]
+async fn a_corrupt_row_is_quarantined_and_its_entity_waits_while_others_flow() {
+    let mut h = Harness::builder().defer_relay().start().await.expect("harness");
+    let outbox = Outbox::new();
+    let bad_header = enqueue_one(h.pool(), &outbox, "A", 10).await;
+    let after_bad = enqueue_one(h.pool(), &outbox, "A", 10).await;
+    let long_type = enqueue_one(h.pool(), &outbox, "B", 10).await;
+    let fine = enqueue_one(h.pool(), &outbox, "C", 10).await;
+    sqlx::query("UPDATE outbox_events SET headers = '{\"ratio\": 1.5}' WHERE id = $1")
+        .bind(bad_header)
+        .execute(h.pool())
+        .await
+        .expect("corrupt headers");
+    sqlx::query("UPDATE outbox_events SET event_type = repeat('é', 200) WHERE id = $1")
+        .bind(long_type)
+        .execute(h.pool())
+        .await
+        .expect("long type");
+    h.start_relay().await.expect("relay");
+
+    h.recorder().wait_for_count(1, Duration::from_secs(20)).await.expect("the fine event is delivered");
+    wait_for("the corrupt rows quarantined", Duration::from_secs(20), || async {
+        let a = status_of(h.pool(), bad_header).await.0;
+        let b = status_of(h.pool(), long_type).await.0;
+        (a == "quarantined" && b == "quarantined").then_some(())
+    })
+    .await
+    .expect("quarantined");
+    for id in [bad_header, long_type] {
+        let (_, kind, reason) = status_of(h.pool(), id).await;
+        assert_eq!(kind.as_deref(), Some("contract"));
+        assert!(reason.as_deref().is_some_and(|r| r.starts_with("corrupt row")), "{reason:?}");
+    }
+    assert_eq!(status_of(h.pool(), after_bad).await.0, "pending", "A's next event waits behind the quarantined one");
+    h.stop_relay().await.expect("shutdown");
+    assert_eq!(h.recorder().ids(), [fine].into_iter().collect());
+    h.close().await.expect("cleanup");
+}

@@ -342,6 +342,9 @@ impl<P: Publisher> Publisher for Probe<P> {
     async fn declare_exchange(&self, exchange: &str, kind: ExchangeKind) -> Result<(), PublishFailure> {
         self.inner.declare_exchange(exchange, kind).await
     }
+    async fn connect(&self) -> Result<(), PublishFailure> {
+        self.inner.connect().await
+    }
 }
 
 #[tokio::test]

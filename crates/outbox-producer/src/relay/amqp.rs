@@ -24,8 +24,10 @@ const DEFAULT_MAX_MESSAGE_BYTES: usize = 128 * 1024 * 1024;
 /// ([`FailureKind::Rejected`]) instead of vanishing.
 ///
 /// The connection is opened on first use and re-opened after any loss, with exponential backoff
-/// (100 ms doubling to 5 s); while backing off, publishes fail at once as
-/// [`FailureKind::Transient`] (or [`FailureKind::Auth`] when the broker refused the credentials).
+/// (100 ms doubling to 5 s, a WARN line per failed attempt); while it has no connection, publishes
+/// fail at once as [`FailureKind::Unavailable`], which the relay charges to no event: it pauses
+/// until [`Publisher::connect`] succeeds. A confirm lost with the connection (dropped, reset, the
+/// broker stopping) is `Unavailable` too.
 /// The URL may hold credentials: it is never logged or shown in errors.
 ///
 /// ```no_run
@@ -396,6 +398,10 @@ impl Inner {
             | lapin::ErrorKind::MissingHeartbeatError
             | lapin::ErrorKind::RuntimeShutdownError(_) => true,
             lapin::ErrorKind::InvalidChannelState(..) => !self.connected().await,
+            // The broker closing every connection as it stops or restarts.
+            lapin::ErrorKind::ProtocolError(e) => {
+                matches!(e.kind(), AMQPErrorKind::Hard(AMQPHardError::CONNECTIONFORCED))
+            }
             _ => false,
         };
         let failure = classify(error);

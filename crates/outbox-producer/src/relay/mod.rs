@@ -283,6 +283,10 @@ impl<P: Publisher> RelayBuilder<P> {
         }
         let pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(u32::try_from(batches * 2 + 3).unwrap_or(16))
+            // The pool is sized for the relay's own work, so a connection is free at once or the
+            // database is away: a statement waits for one only briefly, and a shutdown during an
+            // outage is not held up by sqlx's default of 30 s.
+            .acquire_timeout(Duration::from_secs(3))
             .connect_lazy_with(relay_connect_options(&self.pool, session));
         Ok(Relay {
             shared: Arc::new(Shared {
@@ -459,6 +463,16 @@ impl Default for RefusedBackoff {
     }
 }
 
+/// The claim loop's wait before it asks a publisher that could not reach the broker again: 100 ms
+/// doubling to 5 s, reset when a batch gets through.
+struct PauseBackoff(Backoff);
+
+impl Default for PauseBackoff {
+    fn default() -> Self {
+        Self(Backoff::new(Duration::from_millis(100), Duration::from_secs(5)))
+    }
+}
+
 /// The batches a relay's claim loop has handed to their delivery tasks.
 #[derive(Default)]
 struct Flight {
@@ -478,6 +492,12 @@ struct Flight {
     refused_backoff: RefusedBackoff,
     /// The broker could not be reached: no claims until the publisher connects again.
     paused: bool,
+    /// While paused, not even a look at the publisher before this: a publisher that says it is
+    /// connected while the broker keeps dropping it must not make a hot loop of claim, fail, give
+    /// back.
+    paused_until: Option<tokio::time::Instant>,
+    /// The wait before that look: 100 ms doubling to 5 s, reset when a batch gets through.
+    pause_backoff: PauseBackoff,
     /// Tokens of claims whose answer was lost with the database connection: whatever they took is
     /// given back before the next claim.
     orphaned: Vec<Uuid>,
@@ -498,6 +518,10 @@ impl Flight {
         let room_made = std::mem::take(&mut self.want_room);
         match result {
             Ok(report) if report.unavailable > 0 => {
+                if report.published > 0 {
+                    self.pause_backoff.0.reset();
+                }
+                self.paused_until = Some(tokio::time::Instant::now() + self.pause_backoff.0.fail());
                 if !self.paused {
                     tracing::warn!(
                         given_back = report.unavailable,
@@ -510,6 +534,9 @@ impl Flight {
             Ok(report) if report.published > 0 || report.retried + report.quarantined == 0 => {
                 self.database_backoff.0.reset();
                 self.refused_backoff.0.reset();
+                if report.published > 0 {
+                    self.pause_backoff.0.reset();
+                }
                 self.backoff_until = None;
                 self.successors |= ordered && report.published > 0;
             }
@@ -686,7 +713,13 @@ impl<P: Publisher> Relay<P> {
             let wait = if flight.backing_off() {
                 // The database or the broker failed the last attempts: no new claims meanwhile.
                 flight.backoff_until.map(|t| t - tokio::time::Instant::now())
-            } else if let Some(wait) = self.before_claim(&mut flight).await {
+            } else if let Some(wait) = {
+                let mut stop_rx = stop.clone();
+                tokio::select! {
+                    wait = self.before_claim(&mut flight) => wait,
+                    _ = stop_rx.wait_for(|s| *s) => Some(Duration::ZERO),
+                }
+            } {
                 Some(wait)
             } else if flight.messages > 0 && limit < s.batch_size.min(s.confirm_window) {
                 // The window is full: wait for an outcome to make room.
@@ -736,8 +769,10 @@ impl<P: Publisher> Relay<P> {
                     Err(Error::Crashed) => return Err(Error::Crashed),
                     Err(e) => {
                         tracing::warn!(error = %e, kind = %e.kind(), "relay claim failed; retrying");
-                        // The claim may have taken rows before its answer was lost.
-                        flight.orphaned.push(token);
+                        if matches!(e, Error::Database(_)) {
+                            // The claim may have taken rows before its answer was lost.
+                            flight.orphaned.push(token);
+                        }
                         Some(flight.database_failed())
                     }
                 }
@@ -848,6 +883,11 @@ impl<P: Publisher> Relay<P> {
         if !flight.paused {
             return None;
         }
+        if let Some(until) = flight.paused_until
+            && until > tokio::time::Instant::now()
+        {
+            return Some(until - tokio::time::Instant::now());
+        }
         match self.shared.publisher.connect().await {
             Ok(()) => {
                 tracing::info!("the broker answers again; claims resume");
@@ -866,10 +906,10 @@ impl<P: Publisher> Relay<P> {
         let claimed = {
             let _one_at_a_time = self.shared.claiming.lock().await;
             let started = Instant::now();
-            let claimed =
+            let taken =
                 store::claim(&self.shared.pool, limit, s.events_per_entity, &s.relay_id, token, s.lease).await?;
             metrics::histogram!("outbox_relay_claim_seconds").record(started.elapsed().as_secs_f64());
-            claimed
+            self.set_aside_corrupt(taken, token).await?
         };
         metrics::counter!("outbox_relay_claims_total", "found" => if claimed.is_empty() { "none" } else { "rows" })
             .increment(1);
@@ -883,6 +923,45 @@ impl<P: Publisher> Relay<P> {
             self.crash_if(CrashPoint::AfterClaim)?;
         }
         Ok(claimed)
+    }
+
+    /// Quarantines the claimed rows that do not decode into an event (`contract`: a row written by
+    /// SQL that breaks the schema's promises), and gives back unsent, attempt taken back, the rows
+    /// of their entities that follow them in the batch, which must not go before them. Returns the
+    /// rows to publish.
+    async fn set_aside_corrupt(&self, taken: store::Taken, token: Uuid) -> Result<Vec<store::Claimed>> {
+        let store::Taken { mut rows, corrupt } = taken;
+        if corrupt.is_empty() {
+            return Ok(rows);
+        }
+        let after_corrupt = |c: &store::Claimed| {
+            c.event.entity.as_ref().is_some_and(|e| {
+                corrupt.iter().any(|k| {
+                    k.entity
+                        .as_ref()
+                        .is_some_and(|(key, seq)| *key == e.key && i64::try_from(e.seq).is_ok_and(|s| s > *seq))
+                })
+            })
+        };
+        let held: Vec<Uuid> = rows.iter().filter(|c| after_corrupt(c)).map(|c| *c.event.id.as_uuid()).collect();
+        rows.retain(|c| !after_corrupt(c));
+        let failures: Vec<store::Failure> = corrupt
+            .iter()
+            .map(|k| {
+                tracing::warn!(event_id = %k.id, what = k.what, kind = %FailureKind::Contract, "outbox.quarantine");
+                store::Failure {
+                    id: k.id,
+                    quarantine: true,
+                    delay: Duration::ZERO,
+                    reason: format!("corrupt row: {} (quarantined)", k.what),
+                    kind: FailureKind::Contract,
+                }
+            })
+            .collect();
+        metrics::counter!("outbox_quarantined_total").increment(failures.len() as u64);
+        store::mark_failed(&self.shared.pool, &failures, token).await?;
+        store::release(&self.shared.pool, &held, token, true).await?;
+        Ok(rows)
     }
 
     /// Publishes a claimed batch, awaits its confirms (until the confirm timeout, or until a hard
@@ -994,6 +1073,10 @@ impl<P: Publisher> Relay<P> {
                     continue;
                 }
                 Disposition::TakeBack { unavailable } => {
+                    if unavailable {
+                        metrics::counter!("outbox_publish_failures_total", "kind" => FailureKind::Unavailable.as_str())
+                            .increment(1);
+                    }
                     sorted.unavailable += usize::from(unavailable);
                     sorted.unsent.push(*id.as_uuid());
                     continue;
@@ -1115,7 +1198,8 @@ fn classify_outcome(outcome: Option<PublishOutcome>, unsent: bool, cut_short: bo
 struct Recording {
     lease_ends: tokio::time::Instant,
     hard: watch::Receiver<bool>,
-    /// A statement had to be sent again: one whose answer was lost may have been applied.
+    /// The last statement had to be sent again: an attempt whose answer was lost may have been
+    /// applied.
     retried: bool,
 }
 
@@ -1136,8 +1220,14 @@ impl Recording {
     {
         let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
         let mut failed = false;
+        self.retried = false;
         loop {
-            let e = match statement().await {
+            let outcome = tokio::select! {
+                outcome = statement() => outcome,
+                // A hard stop does not wait for a database that does not answer.
+                _ = self.hard.wait_for(|h| *h), if failed => return Err(Error::Stopped),
+            };
+            let e = match outcome {
                 Ok(v) => {
                     if failed {
                         tracing::info!(step = what, "the database answers again; the batch's outcome is recorded");

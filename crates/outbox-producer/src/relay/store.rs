@@ -130,10 +130,13 @@ RETURNING o.ctid::text AS tid, o.id, o.event_type, o.event_version, o.entity_key
 /// quarantine stays held: releasing it would only have the next claim defer it again. The lookup
 /// goes through the quarantined rows (few), not through the entity's history.
 const RELEASE_HELD: &str = "\
+WITH blocked AS (
+    SELECT entity_key, min(seq) AS seq FROM outbox_events
+    WHERE status = 'quarantined' AND entity_key IS NOT NULL GROUP BY entity_key
+)
 UPDATE outbox_events s SET next_attempt_at = now()
 WHERE s.status = 'pending' AND s.next_attempt_at = 'infinity'
-  AND NOT EXISTS (SELECT 1 FROM outbox_events q
-                  WHERE q.status = 'quarantined' AND q.entity_key = s.entity_key AND q.seq < s.seq)";
+  AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.entity_key = s.entity_key AND b.seq < s.seq)";
 
 /// Gives back whatever a claim whose answer was lost (the connection dropped while it ran) may
 /// have taken, and takes its attempt back: nothing of it was sent. Read through the pending rows'
@@ -202,28 +205,35 @@ fn headers_from_json(id: Uuid, value: serde_json::Value) -> Result<Headers> {
         .collect()
 }
 
+/// The longest string an AMQP short string (message type, content type, correlation id) holds.
+const MAX_SHORT_STRING: usize = 255;
+
 fn event_from_row(row: &sqlx::postgres::PgRow) -> Result<Claimed> {
     let id: Uuid = row.try_get("id")?;
+    decode_row(row, id).map_err(|e| match e {
+        Error::CorruptRow { .. } => e,
+        _ => Error::CorruptRow { id, what: "a column does not decode" },
+    })
+}
+
+fn decode_row(row: &sqlx::postgres::PgRow, id: Uuid) -> Result<Claimed> {
+    let corrupt = |what| Error::CorruptRow { id, what };
     let version: i64 = row.try_get("event_version")?;
     let entity_key: Option<String> = row.try_get("entity_key")?;
     let seq: Option<i64> = row.try_get("seq")?;
     let entity = match (entity_key, seq) {
-        (Some(key), Some(seq)) => Some(Entity {
-            key,
-            seq: u64::try_from(seq).map_err(|_| Error::CorruptRow { id, what: "negative sequence" })?,
-        }),
-        (None, None) => None,
-        _ => {
-            return Err(Error::CorruptRow { id, what: "entity key without sequence" });
+        (Some(key), Some(seq)) => {
+            Some(Entity { key, seq: u64::try_from(seq).map_err(|_| corrupt("negative sequence"))? })
         }
+        (None, None) => None,
+        _ => return Err(corrupt("entity key without sequence")),
     };
     let created_at: DateTime<Utc> = row.try_get("created_at")?;
     let attempts: i32 = row.try_get("attempts")?;
     let event = Event {
         id: EventId::from_uuid(id),
         event_type: row.try_get("event_type")?,
-        event_version: u32::try_from(version)
-            .map_err(|_| Error::CorruptRow { id, what: "event version out of range" })?,
+        event_version: u32::try_from(version).map_err(|_| corrupt("event version out of range"))?,
         entity,
         payload: Payload::new(row.try_get::<Vec<u8>, _>("payload")?, row.try_get::<String, _>("content_type")?),
         correlation_id: row.try_get("correlation_id")?,
@@ -232,7 +242,28 @@ fn event_from_row(row: &sqlx::postgres::PgRow) -> Result<Claimed> {
         headers: headers_from_json(id, row.try_get("headers")?)?,
         created_at: SystemTime::from(created_at),
     };
+    // Rows written by SQL rather than `enqueue` skip validation; these would not fit the message.
+    let short = [Some(event.event_type.as_str()), Some(event.payload.content_type()), event.correlation_id.as_deref()];
+    if short.into_iter().flatten().any(|s| s.len() > MAX_SHORT_STRING) {
+        return Err(corrupt("type, content type or correlation id longer than 255 bytes"));
+    }
     Ok(Claimed { event, attempts: u32::try_from(attempts).unwrap_or(0), tid: row.try_get("tid")? })
+}
+
+/// What a claim took: the rows to publish, and those that do not decode into an event.
+#[derive(Debug, Default)]
+pub(crate) struct Taken {
+    pub(crate) rows: Vec<Claimed>,
+    pub(crate) corrupt: Vec<Corrupt>,
+}
+
+/// A claimed row that does not decode into an event.
+#[derive(Debug)]
+pub(crate) struct Corrupt {
+    pub(crate) id: EventId,
+    /// Its entity key and sequence, as stored, if they read.
+    pub(crate) entity: Option<(String, i64)>,
+    pub(crate) what: &'static str,
 }
 
 /// Claims up to `batch` due, ready rows under `token`, leased for `lease`: for each ready entity up
@@ -244,7 +275,7 @@ pub(crate) async fn claim(
     owner: &str,
     token: Uuid,
     lease: Duration,
-) -> Result<Vec<Claimed>> {
+) -> Result<Taken> {
     let batch = i64::try_from(batch).unwrap_or(i64::MAX);
     let rows = sqlx::query(CLAIM)
         .bind(batch.saturating_mul(4))
@@ -255,7 +286,19 @@ pub(crate) async fn claim(
         .bind(i64::try_from(run.max(1)).unwrap_or(i64::MAX))
         .fetch_all(pool)
         .await?;
-    rows.iter().map(event_from_row).collect()
+    let mut taken = Taken::default();
+    for row in &rows {
+        match event_from_row(row) {
+            Ok(claimed) => taken.rows.push(claimed),
+            Err(Error::CorruptRow { id, what }) => {
+                let key: Option<String> = row.try_get("entity_key").ok().flatten();
+                let seq: Option<i64> = row.try_get("seq").ok().flatten();
+                taken.corrupt.push(Corrupt { id: EventId::from_uuid(id), entity: key.zip(seq), what });
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(taken)
 }
 
 /// Marks confirmed rows (by their claimed tuple ids) published; returns how many this claim still
@@ -393,7 +436,7 @@ mod tests {
         assert!(!plan.contains("Bitmap"), "{plan}");
         assert!(!plan.contains("Seq Scan"), "{plan}");
 
-        let claimed = claim(&pool, 500, 1, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim");
+        let claimed = claim(&pool, 500, 1, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim").rows;
         let heads = entity_seqs(&claimed);
         let mut expected: Vec<(String, u64)> = (0..50).map(|n| (format!("order-{n}"), 100)).collect();
         expected.sort();
@@ -426,7 +469,7 @@ mod tests {
         .expect("fill");
         let pool = relay_session(&db).await;
 
-        let claimed = claim(&pool, 500, 1, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim");
+        let claimed = claim(&pool, 500, 1, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim").rows;
         let got = entity_seqs(&claimed);
         assert_eq!(got, [("-".to_owned(), 0), ("-".to_owned(), 0), ("d".to_owned(), 2), ("e".to_owned(), 1)]);
 
@@ -441,7 +484,7 @@ mod tests {
         assert_eq!(deferred, [("b".to_owned(), 2, true), ("c".to_owned(), 1, false), ("c".to_owned(), 2, false)]);
 
         // Nothing more is ready until a predecessor is done.
-        let again = claim(&pool, 500, 1, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim");
+        let again = claim(&pool, 500, 1, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim").rows;
         assert!(again.is_empty(), "{again:?}");
         pool.close().await;
         db.close().await.expect("drop database");
@@ -482,7 +525,7 @@ mod tests {
         .expect("lock");
         let pool = relay_session(&db).await;
 
-        let claimed = claim(&pool, 500, 4, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim");
+        let claimed = claim(&pool, 500, 4, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim").rows;
         let got = entity_seqs(&claimed);
         let expected: Vec<(String, u64)> = [("-", 0), ("-", 0), ("b", 1), ("b", 2), ("b", 3), ("b", 4), ("c", 2)]
             .into_iter()
@@ -494,7 +537,7 @@ mod tests {
         // Released by the other transaction, e is ready; a batch limit of three cuts its run to its
         // first three events. (c's next event waits behind c 2, claimed above.)
         other.rollback().await.expect("rollback");
-        let claimed = claim(&pool, 3, 4, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim");
+        let claimed = claim(&pool, 3, 4, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim").rows;
         let got = entity_seqs(&claimed);
         assert_eq!(got, [("e".to_owned(), 1), ("e".to_owned(), 2), ("e".to_owned(), 3)]);
         pool.close().await;
