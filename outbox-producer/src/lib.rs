@@ -47,5 +47,5 @@ pub const NOTIFY_CHANNEL: &str = "outbox_events";
 
 /// The README's code blocks, compiled as doc tests so they cannot rot.
 #[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
+#[doc = include_str!("../../README.md")]
 mod readme {}

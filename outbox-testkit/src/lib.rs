@@ -100,20 +100,20 @@ where
 /// The guides under `docs/`, compiled as doc tests so that their code cannot rot.
 #[cfg(doctest)]
 mod guides {
-    #[doc = include_str!("../../../docs/configuration.md")]
+    #[doc = include_str!("../../docs/configuration.md")]
     mod configuration {}
-    #[doc = include_str!("../../../docs/failure-scenarios.md")]
+    #[doc = include_str!("../../docs/failure-scenarios.md")]
     mod failure_scenarios {}
-    #[doc = include_str!("../../../docs/ordering.md")]
+    #[doc = include_str!("../../docs/ordering.md")]
     mod ordering {}
-    #[doc = include_str!("../../../docs/quarantine.md")]
+    #[doc = include_str!("../../docs/quarantine.md")]
     mod quarantine {}
-    #[doc = include_str!("../../../docs/retention.md")]
+    #[doc = include_str!("../../docs/retention.md")]
     mod retention {}
-    #[doc = include_str!("../../../docs/scaling.md")]
+    #[doc = include_str!("../../docs/scaling.md")]
     mod scaling {}
-    #[doc = include_str!("../../../docs/testing.md")]
+    #[doc = include_str!("../../docs/testing.md")]
     mod testing {}
-    #[doc = include_str!("../../../docs/wire-contract.md")]
+    #[doc = include_str!("../../docs/wire-contract.md")]
     mod wire_contract {}
 }

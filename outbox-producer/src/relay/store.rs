@@ -436,7 +436,8 @@ mod tests {
         assert!(!plan.contains("Bitmap"), "{plan}");
         assert!(!plan.contains("Seq Scan"), "{plan}");
 
-        let claimed = claim(&pool, 500, 1, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim").rows;
+        let claimed =
+            claim(&pool, 500, 1, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim").rows;
         let heads = entity_seqs(&claimed);
         let mut expected: Vec<(String, u64)> = (0..50).map(|n| (format!("order-{n}"), 100)).collect();
         expected.sort();
@@ -469,7 +470,8 @@ mod tests {
         .expect("fill");
         let pool = relay_session(&db).await;
 
-        let claimed = claim(&pool, 500, 1, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim").rows;
+        let claimed =
+            claim(&pool, 500, 1, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim").rows;
         let got = entity_seqs(&claimed);
         assert_eq!(got, [("-".to_owned(), 0), ("-".to_owned(), 0), ("d".to_owned(), 2), ("e".to_owned(), 1)]);
 
@@ -525,7 +527,8 @@ mod tests {
         .expect("lock");
         let pool = relay_session(&db).await;
 
-        let claimed = claim(&pool, 500, 4, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim").rows;
+        let claimed =
+            claim(&pool, 500, 4, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim").rows;
         let got = entity_seqs(&claimed);
         let expected: Vec<(String, u64)> = [("-", 0), ("-", 0), ("b", 1), ("b", 2), ("b", 3), ("b", 4), ("c", 2)]
             .into_iter()
