@@ -48,7 +48,8 @@ use lapin::options::{BasicCancelOptions, BasicConsumeOptions, QueuePurgeOptions}
 use lapin::types::{FieldTable, ShortString};
 use lapin::{Channel, Connection, ConnectionProperties};
 use outbox_core::{ExchangeKind, Publisher};
-use outbox_producer::{AmqpPublisher, Outbox, Relay};
+use outbox_producer::Outbox;
+use outbox_relay::{AmqpPublisher, Relay};
 use outbox_testkit::{TestBroker, TestDb};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection as _, PgPool};
@@ -180,7 +181,7 @@ impl Target<'_> {
 /// `confirm_window`, `events_per_entity` and `fast_poll_interval` (in microseconds);
 /// `OUTBOX_BENCH_RELAY_DRAIN_ENTITIES` spreads the drained backlog over another number of entities
 /// (see `Plan::new`).
-fn experiment<P: Publisher>(mut relay: outbox_producer::RelayBuilder<P>) -> outbox_producer::RelayBuilder<P> {
+fn experiment<P: Publisher>(mut relay: outbox_relay::RelayBuilder<P>) -> outbox_relay::RelayBuilder<P> {
     let var = |name| std::env::var(name).ok().and_then(|v| v.parse::<usize>().ok());
     if let Some(n) = var("OUTBOX_BENCH_RELAY_BATCH") {
         relay = relay.batch_size(n);
@@ -663,7 +664,7 @@ struct Latency {
 struct InProcess {
     pool: PgPool,
     publisher: AmqpPublisher,
-    handle: outbox_producer::RelayHandle,
+    handle: outbox_relay::RelayHandle,
 }
 
 impl InProcess {

@@ -2,7 +2,7 @@
 //! the relay starts, retried with a log line per attempt until the broker answers.
 
 use outbox_core::{FailureKind, Publisher};
-use outbox_producer::AmqpPublisher;
+use outbox_relay::AmqpPublisher;
 
 use crate::error::CliError;
 use crate::retry::{Failure, Patience, until_ready};

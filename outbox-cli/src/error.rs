@@ -42,9 +42,12 @@ pub(crate) enum CliError {
     /// A migration failed.
     #[error("migration error: {}", MigrateMessage(.0))]
     Migrate(#[from] sqlx::migrate::MigrateError),
-    /// The producer library failed (invalid AMQP URL, invalid relay setting, the relay stopped).
-    #[error("{}", ProducerMessage(.0))]
+    /// The producer library failed (its migrations).
+    #[error("{0}")]
     Producer(#[from] outbox_producer::Error),
+    /// The relay failed (invalid AMQP URL, invalid setting, the relay stopped).
+    #[error("{0}")]
+    Relay(#[from] outbox_relay::Error),
     /// The signal handlers could not be installed.
     #[error("signal handler: {0}")]
     Signal(#[from] std::io::Error),
@@ -61,19 +64,6 @@ impl std::fmt::Display for MigrateMessage<'_> {
             MigrateError::ExecuteMigration(e, version) => {
                 write!(f, "while executing migration {version}: {}", DbMessage(e))
             }
-            other => write!(f, "{other}"),
-        }
-    }
-}
-
-/// A producer error; its migration errors without sqlx's source position (the library's own
-/// `Display` keeps it there).
-struct ProducerMessage<'a>(&'a outbox_producer::Error);
-
-impl std::fmt::Display for ProducerMessage<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0 {
-            outbox_producer::Error::Migrate(e) => write!(f, "migration error: {}", MigrateMessage(e)),
             other => write!(f, "{other}"),
         }
     }

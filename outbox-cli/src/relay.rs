@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use outbox_core::ExchangeKind;
-use outbox_producer::{AmqpPublisher, Relay};
+use outbox_relay::{AmqpPublisher, Relay};
 use sqlx::postgres::PgConnectOptions;
 
 use crate::args::{ExchangeKindArg, RelayArgs};
@@ -60,7 +60,7 @@ fn relay(pool: sqlx::PgPool, publisher: AmqpPublisher, args: RelayArgs) -> Resul
         .shutdown_deadline(args.shutdown_deadline_secs)
         .vacuum_after((args.vacuum_after_rows > 0).then_some(args.vacuum_after_rows));
     if let Some(n) = args.partitions {
-        builder = builder.routing(outbox_producer::Partitioned::new(n));
+        builder = builder.routing(outbox_relay::Partitioned::new(n));
     }
     if let Some(app_id) = args.app_id {
         builder = builder.app_id(app_id);

@@ -5,7 +5,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use outbox_core::NewEvent;
-use outbox_producer::{AmqpPublisher, Outbox, Relay};
+use outbox_producer::Outbox;
+use outbox_relay::{AmqpPublisher, Relay};
 use outbox_testkit::{Recorder, TestBroker, TestDb, wait_for};
 use sqlx::PgPool;
 

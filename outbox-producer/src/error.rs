@@ -27,38 +27,16 @@ pub enum Error {
     /// Applying the product's migrations failed.
     #[error("migration error: {}", MigrateMessage(.0))]
     Migrate(#[from] sqlx::migrate::MigrateError),
-    /// A relay or retention setting is out of range.
+    /// A retention setting is out of range.
     #[error("invalid configuration: {0}")]
     InvalidConfig(&'static str),
-    /// The AMQP URL cannot be used; the reason never quotes the URL (it may hold a password).
-    #[error("invalid AMQP URL: {0}")]
-    InvalidAmqpUrl(String),
-    /// The relay stopped at an armed crash point (failure tests only).
-    #[error("the relay stopped at a crash point")]
-    Crashed,
-    /// The relay task panicked or was aborted.
-    #[error("the relay task stopped abnormally")]
-    Stopped,
-    /// A row read from the outbox does not hold what the schema promises.
-    #[error("corrupt outbox row {id}: {what}")]
-    CorruptRow {
-        /// The event id of the row.
-        id: uuid::Uuid,
-        /// What is wrong.
-        what: &'static str,
-    },
 }
 
 impl Error {
-    /// How the relay should treat this error.
+    /// The class of failure: whether trying again can help.
     pub fn kind(&self) -> FailureKind {
         match self {
-            Self::InvalidEvent(_)
-            | Self::InvalidBatchEvent { .. }
-            | Self::CorruptRow { .. }
-            | Self::InvalidConfig(_)
-            | Self::InvalidAmqpUrl(_) => FailureKind::Contract,
-            Self::Crashed | Self::Stopped => FailureKind::Transient,
+            Self::InvalidEvent(_) | Self::InvalidBatchEvent { .. } | Self::InvalidConfig(_) => FailureKind::Contract,
             Self::Database(e) => database_kind(e),
             Self::Migrate(_) => FailureKind::Transient,
         }
@@ -75,10 +53,6 @@ impl std::fmt::Debug for Error {
             Self::Database(e) => f.debug_tuple("Database").field(&RedactedSqlx(e)).finish(),
             Self::Migrate(e) => f.debug_tuple("Migrate").field(&format_args!("{e}")).finish(),
             Self::InvalidConfig(what) => f.debug_tuple("InvalidConfig").field(what).finish(),
-            Self::InvalidAmqpUrl(why) => f.debug_tuple("InvalidAmqpUrl").field(why).finish(),
-            Self::Crashed => f.write_str("Crashed"),
-            Self::Stopped => f.write_str("Stopped"),
-            Self::CorruptRow { id, what } => f.debug_struct("CorruptRow").field("id", id).field("what", what).finish(),
         }
     }
 }
@@ -115,8 +89,8 @@ impl std::fmt::Display for MigrateMessage<'_> {
     }
 }
 
-/// `Debug` of a sqlx error without the server's detail and hint.
-pub(crate) struct RedactedSqlx<'a>(pub(crate) &'a sqlx::Error);
+/// `Debug` of a sqlx error without the server's detail and hint (which can quote a row).
+pub struct RedactedSqlx<'a>(pub &'a sqlx::Error);
 
 impl std::fmt::Debug for RedactedSqlx<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -134,7 +108,7 @@ impl std::fmt::Debug for RedactedSqlx<'_> {
 
 /// Classifies a database error: authentication and permission problems are operational (`auth`);
 /// everything else on a connection is passing (`transient`).
-pub(crate) fn database_kind(e: &sqlx::Error) -> FailureKind {
+pub fn database_kind(e: &sqlx::Error) -> FailureKind {
     if let Some(db) = e.as_database_error() {
         // 28xxx: invalid authorization; 42501: insufficient privilege.
         if let Some(code) = db.code()

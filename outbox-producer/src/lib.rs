@@ -1,7 +1,9 @@
 //! The producer side of the transactional outbox.
 //!
 //! A service writes its business change and its events in one PostgreSQL transaction with
-//! [`Outbox::enqueue`]; the [`Relay`] publishes them to RabbitMQ with [`AmqpPublisher`].
+//! [`Outbox::enqueue`]; the relay (crate `outbox-relay`) publishes them to the broker. This crate
+//! holds what a producing service needs and no broker client: enqueueing, the outbox migrations,
+//! [`Retention`] and the operator API over the outbox tables ([`admin`]).
 //!
 //! ```no_run
 //! use outbox_core::NewEvent;
@@ -25,27 +27,16 @@
 //! # Ok(()) }
 //! ```
 
+pub mod admin;
 mod enqueue;
 mod error;
 mod migrate;
-mod relay;
 mod retention;
 
 pub use enqueue::{Outbox, OutboxBuilder};
-pub use error::{DbMessage, Error, Result};
+pub use error::{DbMessage, Error, RedactedSqlx, Result, database_kind};
 pub use migrate::{MIGRATIONS_TABLE, migrate, migrator};
-#[cfg(feature = "fail-points")]
-pub use relay::CrashPoint;
-pub use relay::{
-    AmqpPublisher, AmqpPublisherBuilder, BatchReport, ByEventType, Partitioned, Relay, RelayBuilder, RelayHandle,
-    RoutingStrategy, admin,
-};
 pub use retention::{Retention, RetentionBuilder};
 
 /// The channel on which the outbox notifies the relay after a commit that enqueued events.
 pub const NOTIFY_CHANNEL: &str = "outbox_events";
-
-/// The README's code blocks, compiled as doc tests so they cannot rot.
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-mod readme {}

@@ -229,7 +229,7 @@ impl TestBroker {
     /// [`crate::Error::NotConfirmed`] naming the first event the broker did not confirm.
     pub async fn publish_routed(&self, exchange: &str, events: &[(String, outbox_core::Event)]) -> Result<()> {
         use outbox_core::{OutgoingMessage, PublishOutcome, Publisher};
-        let publisher = outbox_producer::AmqpPublisher::builder(self.url.clone()).build();
+        let publisher = outbox_relay::AmqpPublisher::builder(self.url.clone()).build();
         for chunk in events.chunks(1000) {
             let batch = chunk
                 .iter()

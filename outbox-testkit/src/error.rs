@@ -11,6 +11,9 @@ pub enum Error {
     /// The producer side failed.
     #[error("producer error: {0}")]
     Producer(#[from] outbox_producer::Error),
+    /// The relay failed.
+    #[error("relay error: {0}")]
+    Relay(#[from] outbox_relay::Error),
     /// The consumer side failed.
     #[error("consumer error: {0}")]
     Consumer(#[from] outbox_consumer::Error),

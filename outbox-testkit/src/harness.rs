@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use outbox_consumer::{InboxLayer, InboxRequest, InboxRunner, InboxRunnerBuilder, RunnerHandle, Topology};
 use outbox_core::{Publisher, RetryPolicy};
-use outbox_producer::{AmqpPublisher, AmqpPublisherBuilder, Outbox, RelayBuilder, RelayHandle};
+use outbox_producer::Outbox;
+use outbox_relay::{AmqpPublisher, AmqpPublisherBuilder, RelayBuilder, RelayHandle};
 use sqlx::PgPool;
 use tower::Layer;
 
@@ -436,7 +437,7 @@ impl Harness {
     /// A relay builder with the harness's settings and `publisher`, for more relays of the test's
     /// own (the test owns their handles).
     pub fn relay_builder_with<P: Publisher>(&self, publisher: P) -> RelayBuilder<P> {
-        outbox_producer::Relay::builder(self.pool().clone(), publisher)
+        outbox_relay::Relay::builder(self.pool().clone(), publisher)
             .exchange(&self.exchange)
             .declare_exchange(false)
             .lease(Duration::from_secs(3))
@@ -502,7 +503,7 @@ impl Harness {
 
     /// Waits for the relay to end on its own (at an armed crash point) and returns how it ended;
     /// `None` if no relay runs.
-    pub async fn join_relay(&mut self) -> Option<outbox_producer::Result<()>> {
+    pub async fn join_relay(&mut self) -> Option<outbox_relay::Result<()>> {
         Some(self.relay.0.take()?.join().await)
     }
 

@@ -26,7 +26,7 @@
 //! - [`FaultyPublisher`]: fails, nacks, returns, delays or loses the confirms of chosen publishes.
 //! - [`Recorder`]: records every delivery of a queue; checks ids, duplicates and per-entity order.
 //! - Crash points: the testkit enables the `fail-points` features of the producer and consumer
-//!   (`outbox_producer::CrashPoint`, `outbox_consumer::CrashPoint`).
+//!   (`outbox_relay::CrashPoint`, `outbox_consumer::CrashPoint`).
 //!
 //! The ten failure scenarios of the design (rollback, broker down, relay crashes before and after
 //! publishing, competing relays, entity order, quarantine, backlog, retention, reconciliation) are

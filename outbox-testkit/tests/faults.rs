@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use outbox_core::{FailureKind, NewEvent, RetryPolicy};
-use outbox_producer::{AmqpPublisher, Outbox, Relay};
+use outbox_producer::Outbox;
+use outbox_relay::{AmqpPublisher, Relay};
 use outbox_testkit::{Fault, FaultyPublisher, Recorder, TestBroker, TestDb, wait_for};
 use uuid::Uuid;
 

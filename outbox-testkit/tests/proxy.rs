@@ -5,7 +5,8 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use outbox_core::NewEvent;
-use outbox_producer::{AmqpPublisher, Outbox, Relay};
+use outbox_producer::Outbox;
+use outbox_relay::{AmqpPublisher, Relay};
 use outbox_testkit::{ChaosProxy, Recorder, TestBroker, TestDb};
 use sqlx::{Connection, PgConnection};
 

@@ -4,7 +4,8 @@
 use std::time::{Duration, SystemTime};
 
 use outbox_core::{Entity, Event, EventId, Headers, NewEvent, Payload};
-use outbox_producer::{AmqpPublisher, Outbox, Relay};
+use outbox_producer::Outbox;
+use outbox_relay::{AmqpPublisher, Relay};
 use outbox_testkit::{Change, OrderViolation, Reconciliation, Recorder, TestBroker, TestDb};
 use sqlx::PgPool;
 use uuid::Uuid;

@@ -12,7 +12,8 @@ use outbox_core::{
     ConfirmFuture, EventId, ExchangeKind, FailureKind, NewEvent, OutgoingMessage, PublishFailure, Publisher,
     RetryPolicy,
 };
-use outbox_producer::{CrashPoint, Error as ProducerError, RelayBuilder, Retention, admin};
+use outbox_producer::{Retention, admin};
+use outbox_relay::{CrashPoint, Error as RelayError, RelayBuilder};
 use outbox_testkit::{Fault, FaultyPublisher, Harness, HarnessBuilder, ReconciliationReport, wait_for};
 use tower::Layer;
 use uuid::Uuid;
@@ -221,7 +222,7 @@ async fn scenario_03_relay_dies_before_publishing() {
     // behind them, more than the restarted relay scans per claim.
     changes(&h, 50, 12).await;
     h.start_relay_with(|b| b.batch_size(55).confirm_window(55).crash_at(CrashPoint::AfterClaim)).await.expect("relay");
-    assert!(matches!(h.join_relay().await, Some(Err(ProducerError::Crashed))), "stopped at the crash point");
+    assert!(matches!(h.join_relay().await, Some(Err(RelayError::Crashed))), "stopped at the crash point");
     let held: Vec<(Uuid, i64)> =
         sqlx::query_as("SELECT id, seq FROM outbox_events WHERE lease_owner IS NOT NULL ORDER BY position")
             .fetch_all(h.pool())
@@ -256,7 +257,7 @@ async fn scenario_04_relay_dies_after_publish_before_mark() {
     h.start_relay_with(|b| b.batch_size(6).confirm_window(6).crash_at(CrashPoint::AfterConfirmBeforeMark))
         .await
         .expect("relay");
-    assert!(matches!(h.join_relay().await, Some(Err(ProducerError::Crashed))));
+    assert!(matches!(h.join_relay().await, Some(Err(RelayError::Crashed))));
     h.recorder().wait_for_count(6, Duration::from_secs(10)).await.expect("the first batch reached the broker");
     let first = h.recorder().ids();
     assert_eq!(h.count_status("published").await.expect("count"), 0, "nothing was marked");
@@ -573,7 +574,7 @@ async fn scenario_09_cleanup_never_deletes_pending() {
     // In flight: claimed by a relay that died before publishing.
     h.start_relay_with(|b| b.crash_at(CrashPoint::AfterClaim)).await.expect("relay");
     let in_flight = change(&h, 4).await;
-    assert!(matches!(h.join_relay().await, Some(Err(ProducerError::Crashed))));
+    assert!(matches!(h.join_relay().await, Some(Err(RelayError::Crashed))));
     // Never attempted.
     let fresh = change(&h, 5).await;
     // Everything is two days old.

@@ -26,7 +26,8 @@ use std::process::ExitCode;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use outbox_producer::{AmqpPublisher, Outbox, Partitioned, Relay, RelayHandle};
+use outbox_producer::Outbox;
+use outbox_relay::{AmqpPublisher, Partitioned, Relay, RelayHandle};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, PgPool};
 use tokio::sync::watch;
@@ -300,7 +301,7 @@ async fn run() -> Result<ExitCode, BoxError> {
     Ok(if clean { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-fn start_relay(pool: &PgPool, amqp_url: &str, exchange: &str) -> Result<RelayHandle, outbox_producer::Error> {
+fn start_relay(pool: &PgPool, amqp_url: &str, exchange: &str) -> Result<RelayHandle, outbox_relay::Error> {
     let publisher = AmqpPublisher::builder(amqp_url).connection_name("demo-relay").build();
     let relay = Relay::builder(pool.clone(), publisher)
         .exchange(exchange)

@@ -30,7 +30,8 @@ use std::process::ExitCode;
 use std::str::FromStr;
 use std::time::Duration;
 
-use outbox_producer::{AmqpPublisher, Outbox, Partitioned, Relay, RelayHandle};
+use outbox_producer::Outbox;
+use outbox_relay::{AmqpPublisher, Partitioned, Relay, RelayHandle};
 use rand::Rng;
 use sqlx::PgPool;
 use tokio::sync::watch;
@@ -115,7 +116,7 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
-fn start_relay(pool: &PgPool, s: &Settings) -> Result<RelayHandle, outbox_producer::Error> {
+fn start_relay(pool: &PgPool, s: &Settings) -> Result<RelayHandle, outbox_relay::Error> {
     let publisher = AmqpPublisher::builder(&s.amqp_url).connection_name("orders-service").build();
     let relay = Relay::builder(pool.clone(), publisher)
         .exchange(&s.exchange)

@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime};
 
 use outbox_core::{Entity, Event, EventId, Headers, Payload};
-use outbox_producer::{Partitioned, RoutingStrategy};
+use outbox_relay::{Partitioned, RoutingStrategy};
 use outbox_testkit::{TestBroker, TestDb, wait_for};
 use rand::seq::SliceRandom;
 

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use outbox_core::RetryPolicy;
-use outbox_producer::{AmqpPublisher, Relay};
+use outbox_relay::{AmqpPublisher, Relay};
 
 #[path = "../chaos_env.rs"]
 mod chaos_env;

@@ -6,7 +6,7 @@ use outbox_core::{Event, partition_for};
 ///
 /// ```
 /// use outbox_core::Event;
-/// use outbox_producer::RoutingStrategy;
+/// use outbox_relay::RoutingStrategy;
 ///
 /// /// Routes by tenant header, falling back to the event type.
 /// struct ByTenant;

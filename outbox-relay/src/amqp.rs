@@ -31,7 +31,7 @@ const DEFAULT_MAX_MESSAGE_BYTES: usize = 128 * 1024 * 1024;
 /// The URL may hold credentials: it is never logged or shown in errors.
 ///
 /// ```no_run
-/// use outbox_producer::AmqpPublisher;
+/// use outbox_relay::AmqpPublisher;
 ///
 /// let publisher = AmqpPublisher::builder("amqp://guest:guest@127.0.0.1:5672/%2f")
 ///     .connection_name("orders-relay")

@@ -124,20 +124,6 @@ WHERE o.ctid = ANY(ARRAY(SELECT tid FROM ready))
 RETURNING o.ctid::text AS tid, o.id, o.event_type, o.event_version, o.entity_key, o.seq, o.payload,
           o.content_type, o.headers, o.correlation_id, o.causation_id, o.traceparent, o.created_at, o.attempts";
 
-/// Makes rows held behind a quarantined event due again once no earlier event of their entity is
-/// quarantined (a retry or skip by an operator wakes them itself; this closes the race with a claim
-/// that deferred them at the same moment). A row held behind another held row of the same
-/// quarantine stays held: releasing it would only have the next claim defer it again. The lookup
-/// goes through the quarantined rows (few), not through the entity's history.
-const RELEASE_HELD: &str = "\
-WITH blocked AS (
-    SELECT entity_key, min(seq) AS seq FROM outbox_events
-    WHERE status = 'quarantined' AND entity_key IS NOT NULL GROUP BY entity_key
-)
-UPDATE outbox_events s SET next_attempt_at = now()
-WHERE s.status = 'pending' AND s.next_attempt_at = 'infinity'
-  AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.entity_key = s.entity_key AND b.seq < s.seq)";
-
 /// Gives back whatever a claim whose answer was lost (the connection dropped while it ran) may
 /// have taken, and takes its attempt back: nothing of it was sent. Read through the pending rows'
 /// queue index; only after a failed claim.
@@ -374,11 +360,6 @@ pub(crate) async fn vacuum(pool: &PgPool) -> Result<()> {
 /// Releases the rows of a claim whose answer never arrived; returns how many it had taken.
 pub(crate) async fn release_claim(pool: &PgPool, token: Uuid) -> Result<u64> {
     Ok(sqlx::query(RELEASE_CLAIM).bind(token).execute(pool).await?.rows_affected())
-}
-
-/// Re-checks rows held behind quarantined predecessors; returns how many were released.
-pub(crate) async fn release_held(pool: &PgPool) -> Result<u64> {
-    Ok(sqlx::query(RELEASE_HELD).execute(pool).await?.rows_affected())
 }
 
 #[cfg(test)]

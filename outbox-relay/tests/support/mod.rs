@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use outbox_core::{EventId, NewEvent};
-use outbox_producer::{AmqpPublisher, Outbox, RelayBuilder};
+use outbox_producer::Outbox;
+use outbox_relay::{AmqpPublisher, RelayBuilder};
 use outbox_testkit::Harness;
 use sqlx::PgPool;
 use uuid::Uuid;

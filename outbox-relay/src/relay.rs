@@ -2,11 +2,6 @@
 //! any number of instances on one database. See `docs/architecture.md` for how claiming, ordering
 //! and recovery work.
 
-pub mod admin;
-mod amqp;
-mod routing;
-mod store;
-
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -24,9 +19,8 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 use uuid::Uuid;
 
-pub use amqp::{AmqpPublisher, AmqpPublisherBuilder};
-pub use routing::{ByEventType, Partitioned, RoutingStrategy};
-
+use crate::routing::{ByEventType, RoutingStrategy};
+use crate::store;
 use crate::{Error, Result};
 
 /// Points where a relay can be made to stop as if its process died (no further writes), for
@@ -344,9 +338,9 @@ struct Shared<P> {
 /// relay's claims are taken over when its lease expires.
 ///
 /// ```no_run
-/// use outbox_producer::{AmqpPublisher, Relay};
+/// use outbox_relay::{AmqpPublisher, Relay};
 ///
-/// # async fn demo(pool: sqlx::PgPool) -> Result<(), outbox_producer::Error> {
+/// # async fn demo(pool: sqlx::PgPool) -> Result<(), outbox_relay::Error> {
 /// let publisher = AmqpPublisher::builder("amqp://guest:guest@127.0.0.1:5672/%2f").build();
 /// let relay = Relay::builder(pool, publisher).exchange("orders").batch_size(500).build()?;
 /// let handle = relay.spawn();
@@ -1292,7 +1286,7 @@ async fn maintain<P: Publisher>(shared: Arc<Shared<P>>) {
     let mut tick = tokio::time::interval(shared.settings.poll_interval * 30);
     loop {
         tick.tick().await;
-        match store::release_held(&shared.pool).await {
+        match outbox_producer::admin::release_held(&shared.pool).await {
             Ok(0) => {}
             Ok(n) => {
                 tracing::info!(released = n, "rows held behind a formerly quarantined event are due again");
@@ -1341,7 +1335,7 @@ async fn listen<P: Publisher>(shared: Arc<Shared<P>>) {
                 continue;
             }
         };
-        if let Err(e) = listener.listen(crate::NOTIFY_CHANNEL).await {
+        if let Err(e) = listener.listen(outbox_producer::NOTIFY_CHANNEL).await {
             tracing::warn!(error = %e, "LISTEN failed; polling meanwhile");
             tokio::time::sleep(backoff.fail()).await;
             continue;

@@ -1,4 +1,5 @@
-//! The operator API: list quarantined events, retry one, skip one.
+//! The operator API over the outbox tables: list quarantined events, retry one, skip one,
+//! re-check the events held behind a quarantine.
 //!
 //! A retry keeps the same row and the same event id (nothing new is minted) and resets its
 //! attempts. A skip records that an operator gave up on the event and lets its entity's later
@@ -123,6 +124,20 @@ async fn resolve(pool: &PgPool, id: EventId, update: &'static str, action: &'sta
     Ok(true)
 }
 
+/// Makes rows held behind a quarantined event due again once no earlier event of their entity is
+/// quarantined (a retry or skip by an operator wakes them itself; this closes the race with a claim
+/// that deferred them at the same moment). A row held behind another held row of the same
+/// quarantine stays held: releasing it would only have the next claim defer it again. The lookup
+/// goes through the quarantined rows (few), not through the entity's history.
+const RELEASE_HELD: &str = "\
+WITH blocked AS (
+    SELECT entity_key, min(seq) AS seq FROM outbox_events
+    WHERE status = 'quarantined' AND entity_key IS NOT NULL GROUP BY entity_key
+)
+UPDATE outbox_events s SET next_attempt_at = now()
+WHERE s.status = 'pending' AND s.next_attempt_at = 'infinity'
+  AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.entity_key = s.entity_key AND b.seq < s.seq)";
+
 /// Makes events held behind a quarantined event due again where no earlier event of their entity
 /// is quarantined any more (the relay does this every 30 polls; a retry or skip wakes the
 /// successors at once). Returns how many were released.
@@ -130,7 +145,7 @@ async fn resolve(pool: &PgPool, id: EventId, update: &'static str, action: &'sta
 /// # Errors
 /// A database error.
 pub async fn release_held(pool: &PgPool) -> Result<u64> {
-    super::store::release_held(pool).await
+    Ok(sqlx::query(RELEASE_HELD).execute(pool).await?.rows_affected())
 }
 
 /// Sends a quarantined event again: the same row and event id, attempts reset to 0, due now.

@@ -6,7 +6,8 @@
 use std::time::{Duration, Instant};
 
 use outbox_core::{NewEvent, RetryPolicy};
-use outbox_producer::{AmqpPublisher, Outbox, Relay};
+use outbox_producer::Outbox;
+use outbox_relay::{AmqpPublisher, Relay};
 use outbox_testkit::{ChaosProxy, Recorder, TestBroker, TestDb, wait_for};
 use sqlx::PgPool;
 

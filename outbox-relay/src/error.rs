@@ -1,0 +1,61 @@
+use outbox_core::FailureKind;
+use outbox_producer::{DbMessage, RedactedSqlx};
+
+/// Errors of the relay.
+///
+/// Messages carry ids, field names and reasons, never payloads or credentials; a database error
+/// shows the server's message and SQLSTATE, never PostgreSQL's detail (which can quote a row).
+#[derive(thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The database refused or failed a statement.
+    #[error("database error: {}", DbMessage(.0))]
+    Database(#[from] sqlx::Error),
+    /// A relay setting is out of range.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(&'static str),
+    /// The AMQP URL cannot be used; the reason never quotes the URL (it may hold a password).
+    #[error("invalid AMQP URL: {0}")]
+    InvalidAmqpUrl(String),
+    /// A row read from the outbox does not hold what the schema promises.
+    #[error("corrupt outbox row {id}: {what}")]
+    CorruptRow {
+        /// The event id of the row.
+        id: uuid::Uuid,
+        /// What is wrong.
+        what: &'static str,
+    },
+    /// The relay stopped at an armed crash point (failure tests only).
+    #[error("the relay stopped at a crash point")]
+    Crashed,
+    /// The relay task panicked or was aborted.
+    #[error("the relay task stopped abnormally")]
+    Stopped,
+}
+
+impl Error {
+    /// The class of failure: whether trying again can help.
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            Self::CorruptRow { .. } | Self::InvalidConfig(_) | Self::InvalidAmqpUrl(_) => FailureKind::Contract,
+            Self::Crashed | Self::Stopped => FailureKind::Transient,
+            Self::Database(e) => outbox_producer::database_kind(e),
+        }
+    }
+}
+
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Database(e) => f.debug_tuple("Database").field(&RedactedSqlx(e)).finish(),
+            Self::InvalidConfig(what) => f.debug_tuple("InvalidConfig").field(what).finish(),
+            Self::InvalidAmqpUrl(why) => f.debug_tuple("InvalidAmqpUrl").field(why).finish(),
+            Self::CorruptRow { id, what } => f.debug_struct("CorruptRow").field("id", id).field("what", what).finish(),
+            Self::Crashed => f.write_str("Crashed"),
+            Self::Stopped => f.write_str("Stopped"),
+        }
+    }
+}
+
+/// `Result` with the relay's [`Error`] as the default error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,39 @@
+//! The relay of the transactional outbox: publishes the committed rows of `outbox_events` to the
+//! broker with publisher confirms, in per-entity order, crash-safe, with any number of instances
+//! on one database.
+//!
+//! A producing service depends on `outbox-producer` to enqueue; the relay runs in the same service
+//! ([`Relay::spawn`]) or as the `outbox relay` process, and is the only part that knows a broker.
+//!
+//! ```no_run
+//! use outbox_relay::{AmqpPublisher, Relay};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let pool = sqlx::PgPool::connect("postgres://postgres@127.0.0.1/app").await?;
+//! outbox_producer::migrate(&pool).await?;
+//! let publisher = AmqpPublisher::builder("amqp://guest:guest@127.0.0.1:5672/%2f").try_build()?;
+//! let relay = Relay::builder(pool, publisher).exchange("orders").build()?.spawn();
+//! // ... serve requests; every event committed with `Outbox::enqueue` is published ...
+//! relay.shutdown().await?; // stops claiming, awaits confirms, records them, releases the rest
+//! # Ok(()) }
+//! ```
+//!
+//! See `docs/architecture.md` for how claiming, ordering and recovery work.
+
+mod amqp;
+mod error;
+mod relay;
+mod routing;
+mod store;
+
+pub use amqp::{AmqpPublisher, AmqpPublisherBuilder};
+pub use error::{Error, Result};
+#[cfg(feature = "fail-points")]
+pub use relay::CrashPoint;
+pub use relay::{BatchReport, Relay, RelayBuilder, RelayHandle};
+pub use routing::{ByEventType, Partitioned, RoutingStrategy};
+
+/// The README's code blocks, compiled as doc tests so they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+mod readme {}
