@@ -1,0 +1,240 @@
+//! One batch's delivery: its rows published run by run (an entity's next event when the one
+//! before it is confirmed), its confirms awaited, its outcomes recorded.
+
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+use outbox_core::{OutgoingMessage, PublishOutcome, Publisher, wire};
+use tokio::sync::watch;
+use uuid::Uuid;
+
+#[cfg(feature = "fail-points")]
+use super::CrashPoint;
+use super::record::Recording;
+use super::{BatchReport, Relay};
+use crate::store;
+use crate::{Error, Result};
+
+impl<P: Publisher> Relay<P> {
+    /// Publishes a claimed batch, awaits its confirms (until the confirm timeout, or until a hard
+    /// stop cuts the wait short) and records each row's outcome under the claim token.
+    pub(super) async fn deliver(
+        &self,
+        claimed: Vec<store::Claimed>,
+        token: Uuid,
+        hard: watch::Receiver<bool>,
+    ) -> Result<BatchReport> {
+        // The claim's lease runs from about now: outcomes are worth recording until it ends.
+        let lease_ends = tokio::time::Instant::now() + self.shared.settings.lease;
+        if claimed.is_empty() {
+            return Ok(BatchReport::default());
+        }
+        let sent = self.publish_runs(&claimed, hard.clone()).await?;
+        #[cfg(feature = "fail-points")]
+        self.crash_if(CrashPoint::AfterConfirmBeforeMark)?;
+        if self.shared.crashed.load(Ordering::SeqCst) {
+            // Another batch of this relay reached a crash point: it is "dead", it writes nothing.
+            return Err(Error::Crashed);
+        }
+        let sorted = self.sort_outcomes(&claimed, sent);
+        let mut report = BatchReport { claimed: claimed.len(), ..BatchReport::default() };
+        self.record(&sorted, token, &mut report, Recording::new(lease_ends, hard)).await?;
+        metrics::counter!("outbox_published_total").increment(report.published as u64);
+        metrics::counter!("outbox_quarantined_total").increment(report.quarantined as u64);
+        if report.lost_claims > 0 {
+            metrics::counter!("outbox_lost_claims_total").increment(report.lost_claims as u64);
+            tracing::warn!(
+                lost = report.lost_claims,
+                "claims were taken over by another relay before their outcome was recorded"
+            );
+        }
+        tracing::debug!(?report, "outbox.batch");
+        Ok(report)
+    }
+
+    /// Publishes the batch's events per entity, in sequence order: an entity's first event goes out
+    /// at once, each later one when the broker confirmed the one before it (G4). Awaits the
+    /// confirms until the timeout, or until a hard stop cuts the wait short.
+    async fn publish_runs(&self, claimed: &[store::Claimed], mut hard: watch::Receiver<bool>) -> Result<Sent> {
+        let s = &self.shared.settings;
+        let mut outgoing = self.encode(claimed);
+        let (first, next) = runs(claimed);
+        let mut pending = FuturesUnordered::new();
+        pending.extend(self.send(&first, &mut outgoing).await);
+        #[cfg(feature = "fail-points")]
+        self.crash_if(CrashPoint::AfterPublishBeforeConfirm)?;
+
+        let mut outcomes: Vec<Option<PublishOutcome>> = vec![None; claimed.len()];
+        let timeout = tokio::time::sleep(s.confirm_timeout);
+        tokio::pin!(timeout);
+        let mut cut_short = false;
+        let mut successors = Vec::new();
+        while !pending.is_empty() {
+            let mut record = |i: usize, outcome: PublishOutcome| {
+                if matches!(outcome, PublishOutcome::Confirmed)
+                    && let Some(j) = next[i]
+                {
+                    successors.push(j);
+                }
+                outcomes[i] = Some(outcome);
+            };
+            tokio::select! {
+                Some((i, outcome)) = pending.next() => record(i, outcome),
+                () = &mut timeout => break,
+                _ = hard.wait_for(|h| *h) => { cut_short = true; break; }
+            }
+            // Confirms that arrived together: their successors go out in one publish.
+            while let Some(Some((i, outcome))) = pending.next().now_or_never() {
+                record(i, outcome);
+            }
+            if !successors.is_empty() {
+                pending.extend(self.send(&std::mem::take(&mut successors), &mut outgoing).await);
+            }
+        }
+        let unsent = outgoing.iter().map(Option::is_some).collect();
+        Ok(Sent { outcomes, unsent, cut_short })
+    }
+
+    /// Each claimed row's message, encoded with the wire contract and routed by the routing
+    /// strategy; taken out as it is sent.
+    fn encode(&self, claimed: &[store::Claimed]) -> Vec<Option<OutgoingMessage>> {
+        let s = &self.shared.settings;
+        claimed
+            .iter()
+            .map(|c| {
+                Some(OutgoingMessage {
+                    event_id: c.event.id,
+                    exchange: s.exchange.clone(),
+                    routing_key: self.shared.routing.routing_key(&c.event),
+                    message: wire::encode(&c.event, s.app_id.as_deref()),
+                })
+            })
+            .collect()
+    }
+
+    /// Publishes the rows `which` of a batch (taking their messages out of `outgoing`); returns
+    /// their confirms, tagged with the rows' indexes.
+    async fn send(
+        &self,
+        which: &[usize],
+        outgoing: &mut [Option<OutgoingMessage>],
+    ) -> Vec<impl Future<Output = (usize, PublishOutcome)> + use<P>> {
+        let messages = which.iter().filter_map(|&i| outgoing[i].take()).collect();
+        let sent = Instant::now();
+        let confirms = self.shared.publisher.publish(messages).await;
+        which
+            .iter()
+            .zip(confirms)
+            .map(|(&i, f)| {
+                f.map(move |outcome| {
+                    metrics::histogram!("outbox_publish_to_confirm_seconds").record(sent.elapsed().as_secs_f64());
+                    (i, outcome)
+                })
+            })
+            .collect()
+    }
+}
+
+/// What became of a batch's messages.
+pub(super) struct Sent {
+    /// Each row's confirm, if it came.
+    pub(super) outcomes: Vec<Option<PublishOutcome>>,
+    /// Each row's message was never handed to the publisher (an earlier event of its entity in the
+    /// batch was not confirmed).
+    pub(super) unsent: Vec<bool>,
+    /// A hard stop cut the wait for confirms short.
+    pub(super) cut_short: bool,
+}
+
+/// The claimed rows as runs of one entity each: the first row of every run (every unordered row is
+/// a run of its own), and for each row the next one of its run, in sequence order.
+fn runs(claimed: &[store::Claimed]) -> (Vec<usize>, Vec<Option<usize>>) {
+    let mut by_entity: std::collections::HashMap<&str, Vec<usize>> = std::collections::HashMap::new();
+    let mut first = Vec::new();
+    for (i, c) in claimed.iter().enumerate() {
+        match &c.event.entity {
+            Some(e) => by_entity.entry(e.key.as_str()).or_default().push(i),
+            None => first.push(i),
+        }
+    }
+    let mut next = vec![None; claimed.len()];
+    for mut run in by_entity.into_values() {
+        run.sort_by_key(|&i| claimed[i].event.entity.as_ref().map(|e| e.seq));
+        first.push(run[0]);
+        for pair in run.windows(2) {
+            next[pair[0]] = Some(pair[1]);
+        }
+    }
+    first.sort_unstable();
+    (first, next)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::SystemTime;
+
+    use outbox_core::{Entity, Event, EventId, Payload};
+
+    use super::*;
+
+    /// A claimed row of `entity` at `seq`, or an unordered one.
+    fn row(entity: Option<(&str, u64)>) -> store::Claimed {
+        store::Claimed {
+            event: Event {
+                id: EventId::new(),
+                event_type: "order.placed".to_owned(),
+                event_version: 1,
+                entity: entity.map(|(key, seq)| Entity { key: key.to_owned(), seq }),
+                payload: Payload::new(b"{}".to_vec(), "application/json"),
+                correlation_id: None,
+                causation_id: None,
+                traceparent: None,
+                headers: Default::default(),
+                created_at: SystemTime::now(),
+            },
+            attempts: 1,
+            tid: "(0,1)".to_owned(),
+        }
+    }
+
+    #[test]
+    fn runs_start_at_each_entitys_lowest_seq_and_follow_seq_order() {
+        let claimed = [
+            row(Some(("a", 2))), // 0
+            row(None),           // 1
+            row(Some(("a", 1))), // 2
+            row(Some(("b", 7))), // 3
+            row(Some(("a", 3))), // 4
+            row(None),           // 5
+        ];
+        let (first, next) = runs(&claimed);
+        assert_eq!(first, [1, 2, 3, 5]);
+        assert_eq!(next, [Some(4), None, Some(0), None, None, None]);
+    }
+
+    #[test]
+    fn every_unordered_row_is_a_run_of_its_own() {
+        let claimed = [row(None), row(None), row(None)];
+        let (first, next) = runs(&claimed);
+        assert_eq!(first, [0, 1, 2]);
+        assert_eq!(next, [None, None, None]);
+    }
+
+    #[test]
+    fn the_runs_of_different_entities_do_not_mix() {
+        let claimed = [row(Some(("b", 5))), row(Some(("a", 9))), row(Some(("b", 4))), row(Some(("a", 8)))];
+        let (first, next) = runs(&claimed);
+        assert_eq!(first, [2, 3]);
+        assert_eq!(next, [None, None, Some(0), Some(1)]);
+    }
+
+    #[test]
+    fn an_empty_batch_has_no_runs() {
+        let (first, next) = runs(&[]);
+        assert!(first.is_empty());
+        assert!(next.is_empty());
+    }
+}

@@ -1,0 +1,335 @@
+//! The relay's settings and [`RelayBuilder`], with the default of each; the relay's own
+//! connections; the crash points of failure tests.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::time::Duration;
+
+use outbox_core::{ExchangeKind, Publisher, RetryPolicy};
+use sqlx::PgPool;
+use tokio::sync::Notify;
+use uuid::Uuid;
+
+use super::{Relay, Shared};
+use crate::routing::{ByEventType, RoutingStrategy};
+use crate::store;
+use crate::{Error, Result};
+
+/// Points where a relay can be made to stop as if its process died (no further writes), for
+/// failure tests. Only with the `fail-points` feature.
+#[cfg(feature = "fail-points")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CrashPoint {
+    /// Rows are claimed; nothing was published.
+    AfterClaim,
+    /// The batch was sent to the broker; its confirms are not awaited.
+    AfterPublishBeforeConfirm,
+    /// The broker confirmed the batch; nothing was marked published.
+    AfterConfirmBeforeMark,
+}
+
+/// Settings of a [`Relay`]; every one has a documented default in [`RelayBuilder`].
+#[derive(Debug, Clone)]
+pub(super) struct Settings {
+    pub(super) relay_id: String,
+    pub(super) batch_size: usize,
+    pub(super) events_per_entity: usize,
+    pub(super) confirm_window: usize,
+    pub(super) lease: Duration,
+    pub(super) poll_interval: Duration,
+    pub(super) linger: Duration,
+    pub(super) fast_poll_interval: Duration,
+    pub(super) confirm_timeout: Duration,
+    pub(super) shutdown_deadline: Duration,
+    pub(super) retry: RetryPolicy,
+    pub(super) exchange: String,
+    pub(super) exchange_kind: ExchangeKind,
+    pub(super) declare_exchange: bool,
+    pub(super) app_id: Option<String>,
+    pub(super) synchronous_commit: bool,
+    pub(super) vacuum_after: Option<u64>,
+    #[cfg(feature = "fail-points")]
+    pub(super) crash_at: Option<CrashPoint>,
+}
+
+impl Settings {
+    /// Full batches the confirm window holds: each may be recording its outcome while the next
+    /// ones are claimed, so the relay's pool has two connections per batch (and three more for the
+    /// claim, the listener and housekeeping).
+    fn full_batches(&self) -> usize {
+        self.confirm_window.div_ceil(self.batch_size).max(1)
+    }
+}
+
+/// Builder of a [`Relay`]. Every setting has a default suited to a production service.
+pub struct RelayBuilder<P> {
+    pool: PgPool,
+    publisher: P,
+    routing: Arc<dyn RoutingStrategy>,
+    settings: Settings,
+}
+
+impl<P> std::fmt::Debug for RelayBuilder<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RelayBuilder").field("settings", &self.settings).finish_non_exhaustive()
+    }
+}
+
+fn default_relay_id() -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "relay".to_owned());
+    let short = Uuid::new_v4().simple().to_string();
+    format!("{host}-{}-{}", std::process::id(), &short[..8])
+}
+
+impl<P: Publisher> RelayBuilder<P> {
+    /// A builder over the outbox in `pool`, publishing with `publisher`, with every default (see
+    /// [`Relay::builder`]).
+    pub(super) fn new(pool: PgPool, publisher: P) -> Self {
+        RelayBuilder {
+            pool,
+            publisher,
+            routing: Arc::new(ByEventType),
+            settings: Settings {
+                relay_id: default_relay_id(),
+                batch_size: 500,
+                events_per_entity: 4,
+                confirm_window: 1000,
+                lease: Duration::from_secs(30),
+                poll_interval: Duration::from_secs(1),
+                linger: Duration::from_millis(200),
+                fast_poll_interval: Duration::from_millis(5),
+                confirm_timeout: Duration::from_secs(10),
+                shutdown_deadline: Duration::from_secs(10),
+                retry: RetryPolicy::default(),
+                exchange: "outbox.events".to_owned(),
+                exchange_kind: ExchangeKind::Topic,
+                declare_exchange: true,
+                app_id: None,
+                synchronous_commit: false,
+                vacuum_after: Some(100_000),
+                #[cfg(feature = "fail-points")]
+                crash_at: None,
+            },
+        }
+    }
+
+    /// Sets the name this instance records as the owner of its claims. Defaults to
+    /// `<HOSTNAME>-<pid>-<random>`.
+    #[must_use]
+    pub fn relay_id(mut self, id: impl Into<String>) -> Self {
+        self.settings.relay_id = id.into();
+        self
+    }
+
+    /// Sets how many rows one claim takes. Defaults to 500.
+    #[must_use]
+    pub fn batch_size(mut self, n: usize) -> Self {
+        self.settings.batch_size = n.max(1);
+        self
+    }
+
+    /// Sets how many consecutive events of one entity a claim takes at most. They go out one
+    /// after the other: each is published as soon as the broker confirmed the one before (never
+    /// earlier), within the batch's confirm timeout; if one is not confirmed, the rest of its
+    /// entity's events in the batch are given back unsent. More than one lets an entity with a
+    /// backlog move several events per claim instead of one per claim-publish-record round.
+    /// Defaults to 4; 1 takes one event per entity per claim.
+    #[must_use]
+    pub fn events_per_entity(mut self, n: usize) -> Self {
+        self.settings.events_per_entity = n.max(1);
+        self
+    }
+
+    /// Sets how many messages may await their broker confirm (and the record of their outcome) at
+    /// once. The relay keeps claiming and publishing while earlier batches await their confirms,
+    /// until this many messages are in flight; a claim then waits for room for a full batch.
+    /// Defaults to 1,000.
+    #[must_use]
+    pub fn confirm_window(mut self, n: usize) -> Self {
+        self.settings.confirm_window = n.max(1);
+        self
+    }
+
+    /// Sets how long a claim lasts. A crashed relay's rows are taken over once it expires.
+    /// Defaults to 30 s.
+    #[must_use]
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.settings.lease = lease;
+        self
+    }
+
+    /// Sets how often the relay looks for due rows when no notification came (the safety net for
+    /// lost notifications and for retries coming due). Defaults to 1 s.
+    #[must_use]
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.settings.poll_interval = interval;
+        self
+    }
+
+    /// Sets how long the relay keeps polling every `fast_poll_interval` after its last work before
+    /// it waits for notifications. While it polls, commits do not notify (a notifying commit takes
+    /// a server-wide lock, so commits under load would run one at a time). Defaults to 200 ms.
+    #[must_use]
+    pub fn linger(mut self, linger: Duration) -> Self {
+        self.settings.linger = linger;
+        self
+    }
+
+    /// Sets how often the relay polls while it is busy and while it lingers after work, counted
+    /// from the start of the previous claim. Defaults to 5 ms.
+    #[must_use]
+    pub fn fast_poll_interval(mut self, interval: Duration) -> Self {
+        self.settings.fast_poll_interval = interval;
+        self
+    }
+
+    /// Sets how long the relay waits for a batch's confirms; a message not confirmed by then is
+    /// retried later with the same event id. Must be shorter than the lease. Defaults to 10 s.
+    #[must_use]
+    pub fn confirm_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.confirm_timeout = timeout;
+        self
+    }
+
+    /// Sets how long a graceful shutdown may take: in-flight confirms are awaited until then,
+    /// then what was confirmed is recorded and the rest released. Defaults to 10 s.
+    #[must_use]
+    pub fn shutdown_deadline(mut self, deadline: Duration) -> Self {
+        self.settings.shutdown_deadline = deadline;
+        self
+    }
+
+    /// Sets the retry policy for failed publishes. Defaults to [`RetryPolicy::default`].
+    #[must_use]
+    pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.settings.retry = policy;
+        self
+    }
+
+    /// Sets the exchange events are published to. Defaults to `outbox.events`.
+    #[must_use]
+    pub fn exchange(mut self, name: impl Into<String>) -> Self {
+        self.settings.exchange = name.into();
+        self
+    }
+
+    /// Sets the exchange type used when declaring it. Defaults to [`ExchangeKind::Topic`].
+    #[must_use]
+    pub fn exchange_kind(mut self, kind: ExchangeKind) -> Self {
+        self.settings.exchange_kind = kind;
+        self
+    }
+
+    /// Sets whether the relay declares the exchange (durable) at start and after reconnects, or
+    /// assumes it exists. Defaults to `true`.
+    #[must_use]
+    pub fn declare_exchange(mut self, declare: bool) -> Self {
+        self.settings.declare_exchange = declare;
+        self
+    }
+
+    /// Sets the routing strategy. Defaults to [`ByEventType`].
+    #[must_use]
+    pub fn routing(mut self, strategy: impl RoutingStrategy) -> Self {
+        self.routing = Arc::new(strategy);
+        self
+    }
+
+    /// Sets the AMQP `app_id` (the producing service) on every message. Defaults to none.
+    #[must_use]
+    pub fn app_id(mut self, app_id: impl Into<String>) -> Self {
+        self.settings.app_id = Some(app_id.into());
+        self
+    }
+
+    /// Sets whether the relay's own writes (claims, outcomes) wait for the WAL flush. Defaults to
+    /// `false`: the relay opens its own connections (from the pool's connect options) with
+    /// `synchronous_commit = off`. Nothing the relay writes needs to survive a database crash: a
+    /// lost outcome means the event is published again with the same id (at-least-once), a lost
+    /// claim means the row is claimed again. The producers' own commits are not affected.
+    #[must_use]
+    pub fn synchronous_commit(mut self, on: bool) -> Self {
+        self.settings.synchronous_commit = on;
+        self
+    }
+
+    /// Sets after how many rows this relay marked published it vacuums the outbox table
+    /// (`VACUUM (SKIP_LOCKED) outbox_events`, in the background), or `None` to leave that to
+    /// autovacuum. Defaults to 100,000 rows.
+    ///
+    /// Every published row leaves a dead entry at the old end of the queue index, which each claim
+    /// steps over until a vacuum removes it: without one the claim's cost grows with the rows
+    /// published since the last vacuum (a 1,000,000-row drain then slows to less than half its
+    /// rate), and autovacuum's default trigger (a fifth of the table) comes late for a large
+    /// table. The vacuum takes no lock that claims, marks or producers wait for, skips the table
+    /// when another vacuum holds it, and is a no-op with a warning in the server log when the
+    /// relay's role does not own the table.
+    #[must_use]
+    pub fn vacuum_after(mut self, rows: Option<u64>) -> Self {
+        self.settings.vacuum_after = rows.filter(|n| *n > 0);
+        self
+    }
+
+    /// Arms a crash point: the relay stops there as if its process died. For failure tests.
+    #[cfg(feature = "fail-points")]
+    #[must_use]
+    pub fn crash_at(mut self, point: CrashPoint) -> Self {
+        self.settings.crash_at = Some(point);
+        self
+    }
+
+    /// Builds the relay.
+    ///
+    /// # Errors
+    /// [`Error::InvalidConfig`] if the confirm timeout is not shorter than the lease.
+    pub fn build(self) -> Result<Relay<P>> {
+        let s = &self.settings;
+        if s.confirm_timeout >= s.lease {
+            return Err(Error::InvalidConfig("confirm_timeout must be shorter than lease"));
+        }
+        if s.lease.is_zero() || s.poll_interval.is_zero() {
+            return Err(Error::InvalidConfig("lease and poll_interval must be positive"));
+        }
+        // The relay's own connections, with the planner settings its claim relies on (see
+        // `store::SESSION`).
+        let batches = s.full_batches();
+        let mut session = store::SESSION.to_vec();
+        if !s.synchronous_commit {
+            session.push(("synchronous_commit", "off"));
+        }
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(u32::try_from(batches * 2 + 3).unwrap_or(16))
+            // The pool is sized for the relay's own work, so a connection is free at once or the
+            // database is away: a statement waits for one only briefly, and a shutdown during an
+            // outage is not held up by sqlx's default of 30 s.
+            .acquire_timeout(Duration::from_secs(3))
+            .connect_lazy_with(relay_connect_options(&self.pool, session));
+        Ok(Relay {
+            shared: Arc::new(Shared {
+                pool,
+                publisher: self.publisher,
+                routing: self.routing,
+                settings: self.settings,
+                wake: Notify::new(),
+                crashed: AtomicBool::new(false),
+                listening: AtomicBool::new(false),
+                published_since_vacuum: AtomicU64::new(0),
+                vacuum_due: Notify::new(),
+                claiming: tokio::sync::Mutex::new(()),
+            }),
+        })
+    }
+}
+
+/// The relay's own connections: the pool's connect options with the relay's session settings. A
+/// statement slower than a second is logged at INFO, not sqlx's WARN: a claim or a recording can
+/// take that long on a busy server, which `outbox_relay_claim_seconds` and
+/// `outbox_relay_record_seconds` measure; it is not a fault.
+fn relay_connect_options(pool: &PgPool, session: Vec<(&str, &str)>) -> sqlx::postgres::PgConnectOptions {
+    use sqlx::ConnectOptions;
+    (*pool.connect_options())
+        .clone()
+        .options(session)
+        .log_slow_statements(tracing::log::LevelFilter::Info, Duration::from_secs(1))
+}

@@ -1,0 +1,104 @@
+//! The relay's background tasks: LISTEN for commits, housekeeping (rows held behind formerly
+//! quarantined events), the vacuum of the outbox table; and the wait for a task that failed.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use outbox_core::{Backoff, Publisher};
+use tokio::task::JoinSet;
+
+use super::Shared;
+use crate::Result;
+use crate::store;
+
+/// Waits for the first worker that ends with an error (a crash point), or forever.
+pub(super) async fn join_next_error(tasks: &mut JoinSet<Result<()>>) -> Result<()> {
+    while let Some(done) = tasks.join_next().await {
+        if let Ok(Err(e)) = done {
+            return Err(e);
+        }
+    }
+    std::future::pending().await
+}
+
+/// Periodic housekeeping: release rows held behind events that are no longer quarantined.
+pub(super) async fn maintain<P: Publisher>(shared: Arc<Shared<P>>) {
+    // Every 30 polls (30 s by default).
+    let mut tick = tokio::time::interval(shared.settings.poll_interval * 30);
+    loop {
+        tick.tick().await;
+        match outbox_producer::admin::release_held(&shared.pool).await {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::info!(released = n, "rows held behind a formerly quarantined event are due again");
+                shared.wake.notify_waiters();
+            }
+            Err(e) => tracing::warn!(error = %e, "could not re-check held rows"),
+        }
+    }
+}
+
+/// Vacuums the outbox table whenever this relay marked `vacuum_after` rows published since the
+/// last time (see [`RelayBuilder::vacuum_after`](super::RelayBuilder::vacuum_after)).
+pub(super) async fn vacuum<P: Publisher>(shared: Arc<Shared<P>>) {
+    let Some(every) = shared.settings.vacuum_after else {
+        return;
+    };
+    loop {
+        shared.vacuum_due.notified().await;
+        if shared.published_since_vacuum.load(Ordering::Relaxed) < every {
+            continue;
+        }
+        shared.published_since_vacuum.store(0, Ordering::Relaxed);
+        let started = std::time::Instant::now();
+        match store::vacuum(&shared.pool).await {
+            Ok(()) => {
+                let took = started.elapsed();
+                metrics::counter!("outbox_relay_vacuums_total").increment(1);
+                metrics::histogram!("outbox_relay_vacuum_seconds").record(took.as_secs_f64());
+                tracing::debug!(took_ms = took.as_millis(), "outbox table vacuumed");
+            }
+            Err(e) => tracing::warn!(error = %e, "could not vacuum the outbox table; autovacuum must keep it lean"),
+        }
+    }
+}
+
+/// LISTEN for commits; wake the claim loop on each notification, and after every reconnect (when
+/// notifications may have been lost).
+pub(super) async fn listen<P: Publisher>(shared: Arc<Shared<P>>) {
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+    loop {
+        let mut listener = match sqlx::postgres::PgListener::connect_with(&shared.pool).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot LISTEN for outbox notifications; polling meanwhile");
+                tokio::time::sleep(backoff.fail()).await;
+                continue;
+            }
+        };
+        if let Err(e) = listener.listen(outbox_producer::NOTIFY_CHANNEL).await {
+            tracing::warn!(error = %e, "LISTEN failed; polling meanwhile");
+            tokio::time::sleep(backoff.fail()).await;
+            continue;
+        }
+        backoff.reset();
+        shared.wake.notify_waiters();
+        loop {
+            match listener.try_recv().await {
+                Ok(Some(_)) => shared.wake.notify_waiters(),
+                Ok(None) => {
+                    // The connection was lost and is re-established on the next call; whatever was
+                    // notified meanwhile is lost, so look at the table now.
+                    tracing::debug!("LISTEN connection lost; reconnecting");
+                    shared.wake.notify_waiters();
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "LISTEN connection failed; reconnecting");
+                    shared.wake.notify_waiters();
+                    break;
+                }
+            }
+        }
+    }
+}
