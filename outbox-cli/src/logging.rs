@@ -3,7 +3,7 @@
 
 use std::io::IsTerminal;
 
-use tracing_subscriber::filter::{EnvFilter, FilterExt, Targets};
+use tracing_subscriber::filter::{EnvFilter, Targets};
 use tracing_subscriber::prelude::*;
 
 /// The product's redacting filter: lapin at most at INFO, its returned messages never.
@@ -23,8 +23,8 @@ pub(crate) fn init() {
     let layer = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_filter(filter.and(redact()));
-    tracing_subscriber::registry().with(layer).init();
+        .with_filter(redact());
+    tracing_subscriber::registry().with(filter).with(layer).init();
 }
 
 #[cfg(test)]

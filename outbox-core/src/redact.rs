@@ -8,18 +8,19 @@
 ///   itself, without the body.
 /// - `lapin=info`: at DEBUG and TRACE lapin logs whole frames, message bodies included.
 ///
-/// Combine it with your own filter by `and`: it only ever drops events, so it never shows what your
-/// filter hides (`RUST_LOG=warn` stays quiet) and hides message content whatever your filter
-/// shows (`RUST_LOG=trace` included). The `outbox` command and every example do so:
+/// Put it on your output layer, behind your own filter: it only ever drops events, so it never
+/// shows what your filter hides (`RUST_LOG=warn` stays quiet) and hides message content whatever
+/// your filter shows (`RUST_LOG=trace` included). The `outbox` command and every example do so:
 ///
 /// ```
-/// use tracing_subscriber::filter::{EnvFilter, FilterExt, Targets};
+/// use tracing_subscriber::filter::{EnvFilter, Targets};
 /// use tracing_subscriber::prelude::*;
 ///
 /// let yours = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
 /// let redact: Targets = outbox_core::REDACTING_LOG_TARGETS.parse().expect("a constant that parses");
 /// let subscriber = tracing_subscriber::registry()
-///     .with(tracing_subscriber::fmt::layer().with_filter(yours.and(redact)));
+///     .with(yours)
+///     .with(tracing_subscriber::fmt::layer().with_filter(redact));
 /// # drop(subscriber);
 /// // subscriber.init();
 /// ```

@@ -28,7 +28,23 @@ struct ConsumerStart {
     url: String,
     connection_name: String,
     topology: Topology,
-    crash: Option<outbox_consumer::CrashPoint>,
+    crash: Option<ConsumerCrash>,
+}
+
+/// A crash point of the consumer runner (with the `fail-points` feature; without it, none exists).
+#[cfg(feature = "fail-points")]
+type ConsumerCrash = outbox_consumer::CrashPoint;
+#[cfg(not(feature = "fail-points"))]
+type ConsumerCrash = std::convert::Infallible;
+
+#[cfg(feature = "fail-points")]
+fn arm<S>(builder: InboxRunnerBuilder<S>, point: ConsumerCrash) -> InboxRunnerBuilder<S> {
+    builder.crash_at(point)
+}
+
+#[cfg(not(feature = "fail-points"))]
+fn arm<S>(_builder: InboxRunnerBuilder<S>, point: ConsumerCrash) -> InboxRunnerBuilder<S> {
+    match point {}
 }
 
 /// Builder of a [`Harness`]; see [`Harness::builder`].
@@ -126,7 +142,7 @@ impl HarnessBuilder {
                 .sweep_interval(Duration::from_millis(500));
             builder = configure(builder);
             if let Some(point) = start.crash {
-                builder = builder.crash_at(point);
+                builder = arm(builder, point);
             }
             Ok(builder.build()?.spawn())
         }));
@@ -520,11 +536,12 @@ impl Harness {
     ///
     /// # Errors
     /// If the runner cannot be built.
+    #[cfg(feature = "fail-points")]
     pub fn start_consumer_crashing_at(&mut self, point: outbox_consumer::CrashPoint) -> Result<()> {
         self.spawn_consumer(Some(point))
     }
 
-    fn spawn_consumer(&mut self, crash: Option<outbox_consumer::CrashPoint>) -> Result<()> {
+    fn spawn_consumer(&mut self, crash: Option<ConsumerCrash>) -> Result<()> {
         let Some(factory) = self.consumer_factory.clone() else { return Ok(()) };
         self.kill_consumer();
         let url = self.consumer_proxy.as_ref().map_or_else(crate::amqp_url, |p| via(&crate::amqp_url(), p.addr()));

@@ -25,8 +25,9 @@
 //! - [`ChaosProxy`]: a loopback TCP proxy that cuts, refuses, stalls or slows connections.
 //! - [`FaultyPublisher`]: fails, nacks, returns, delays or loses the confirms of chosen publishes.
 //! - [`Recorder`]: records every delivery of a queue; checks ids, duplicates and per-entity order.
-//! - Crash points: the testkit enables the `fail-points` features of the producer and consumer
-//!   (`outbox_relay::CrashPoint`, `outbox_consumer::CrashPoint`).
+//! - Crash points: its `fail-points` feature enables those of the relay and the consumer runner
+//!   (`outbox_relay::CrashPoint`, `outbox_consumer::CrashPoint`); the crates whose tests arm them turn
+//!   it on in their dev-dependencies, so no release build compiles them in.
 //!
 //! The ten failure scenarios of the design (rollback, broker down, relay crashes before and after
 //! publishing, competing relays, entity order, quarantine, backlog, retention, reconciliation) are
@@ -61,12 +62,12 @@ pub use recorder::{Record, Recorder};
 /// Installs the log of the testkit's processes and the bench: stderr, `RUST_LOG` (or `default`),
 /// and [`outbox_core::REDACTING_LOG_TARGETS`], so that no payload reaches a log line.
 pub fn init_logging(default: &str) {
-    use tracing_subscriber::filter::{EnvFilter, FilterExt, Targets};
+    use tracing_subscriber::filter::{EnvFilter, Targets};
     use tracing_subscriber::prelude::*;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let redact: Targets = outbox_core::REDACTING_LOG_TARGETS.parse().unwrap_or_default();
-    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(filter.and(redact));
-    tracing_subscriber::registry().with(layer).init();
+    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(redact);
+    tracing_subscriber::registry().with(filter).with(layer).init();
 }
 
 /// A random lowercase suffix for names of test resources.
@@ -112,6 +113,8 @@ mod guides {
     mod retention {}
     #[doc = include_str!("../../docs/scaling.md")]
     mod scaling {}
+    /// Arms crash points: compiled with the `fail-points` feature (on in `cargo test --workspace`).
+    #[cfg(feature = "fail-points")]
     #[doc = include_str!("../../docs/testing.md")]
     mod testing {}
     #[doc = include_str!("../../docs/wire-contract.md")]

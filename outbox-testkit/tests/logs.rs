@@ -13,7 +13,7 @@ use outbox_consumer::{HandlerError, InboxRequest};
 use outbox_core::NewEvent;
 use outbox_producer::admin;
 use outbox_testkit::{Harness, wait_for};
-use tracing_subscriber::filter::{EnvFilter, FilterExt, Targets};
+use tracing_subscriber::filter::{EnvFilter, Targets};
 use tracing_subscriber::prelude::*;
 
 /// Everything logged in this process, as text.
@@ -36,11 +36,9 @@ impl Capture {
         let capture = Self::default();
         let redact: Targets = outbox_core::REDACTING_LOG_TARGETS.parse().expect("constant targets");
         let writer = capture.clone();
-        let layer = tracing_subscriber::fmt::layer()
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .with_filter(EnvFilter::new("trace").and(redact));
-        tracing_subscriber::registry().with(layer).init();
+        let layer =
+            tracing_subscriber::fmt::layer().with_ansi(false).with_writer(move || writer.clone()).with_filter(redact);
+        tracing_subscriber::registry().with(EnvFilter::new("trace")).with(layer).init();
         capture
     }
 

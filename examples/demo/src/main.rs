@@ -34,7 +34,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::log::LevelFilter;
 use tracing_subscriber::EnvFilter;
-use tracing_subscriber::filter::{FilterExt, Targets};
+use tracing_subscriber::filter::Targets;
 use tracing_subscriber::prelude::*;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -97,7 +97,7 @@ impl Settings {
 fn init_tracing() {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
     let redact: Targets = outbox_core::REDACTING_LOG_TARGETS.parse().expect("constant targets");
-    tracing_subscriber::registry().with(tracing_subscriber::fmt::layer().with_filter(filter.and(redact))).init();
+    tracing_subscriber::registry().with(filter).with(tracing_subscriber::fmt::layer().with_filter(redact)).init();
 }
 
 /// A receiver that turns `true` on SIGTERM or Ctrl-C (SIGINT). Both are caught from this call on.

@@ -36,7 +36,7 @@ use rand::Rng;
 use sqlx::PgPool;
 use tokio::sync::watch;
 use tracing_subscriber::EnvFilter;
-use tracing_subscriber::filter::{FilterExt, Targets};
+use tracing_subscriber::filter::Targets;
 use tracing_subscriber::prelude::*;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -93,7 +93,7 @@ fn init_tracing() {
     let default = || EnvFilter::new("info,sqlx::postgres::notice=warn");
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| default());
     let redact: Targets = outbox_core::REDACTING_LOG_TARGETS.parse().expect("constant targets");
-    tracing_subscriber::registry().with(tracing_subscriber::fmt::layer().with_filter(filter.and(redact))).init();
+    tracing_subscriber::registry().with(filter).with(tracing_subscriber::fmt::layer().with_filter(redact)).init();
 }
 
 /// A receiver that turns `true` on SIGTERM or Ctrl-C (SIGINT). Both are caught from this call on.

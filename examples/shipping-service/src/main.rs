@@ -26,7 +26,7 @@ use std::str::FromStr;
 
 use shipping_service::BoxError;
 use tracing_subscriber::EnvFilter;
-use tracing_subscriber::filter::{FilterExt, Targets};
+use tracing_subscriber::filter::Targets;
 use tracing_subscriber::prelude::*;
 
 /// The settings read from the environment.
@@ -71,7 +71,7 @@ fn init_tracing() {
     let default = || EnvFilter::new("info,sqlx::postgres::notice=warn");
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| default());
     let redact: Targets = outbox_core::REDACTING_LOG_TARGETS.parse().expect("constant targets");
-    tracing_subscriber::registry().with(tracing_subscriber::fmt::layer().with_filter(filter.and(redact))).init();
+    tracing_subscriber::registry().with(filter).with(tracing_subscriber::fmt::layer().with_filter(redact)).init();
 }
 
 /// Resolves on SIGTERM or Ctrl-C.
