@@ -9,6 +9,38 @@
 //! - [`declare_queue`] and [`declare_partitions`] declare queues, dead letters and ordered partitions.
 //! - The inbox tables are applied with [`migrate`], tracked apart from the application's own
 //!   migrations.
+//!
+//! ```no_run
+//! use outbox_consumer::{HandlerError, InboxLayer, InboxRequest, InboxRunner, declare_partitions};
+//! use tower::Layer;
+//!
+//! /// One shipment per event, written in the inbox's transaction: it commits with the record of
+//! /// the event, or not at all.
+//! async fn ship(mut req: InboxRequest) -> Result<InboxRequest, HandlerError> {
+//!     let order: serde_json::Value = req.event().payload.json().map_err(|_| HandlerError::permanent("not JSON"))?;
+//!     sqlx::query("INSERT INTO shipments (order_id) VALUES ($1)")
+//!         .bind(order["order_id"].as_i64())
+//!         .execute(req.conn())
+//!         .await?;
+//!     Ok(req)
+//! }
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let pool = sqlx::PgPool::connect("postgres://postgres@127.0.0.1/shipping").await?;
+//! outbox_consumer::migrate(&pool).await?; // tracked in `_inbox_migrations`
+//!
+//! // Four ordered partitions of the exchange the relay publishes to, with their dead letters.
+//! let url = "amqp://guest:guest@127.0.0.1:5672/%2f";
+//! let connection = lapin::Connection::connect(url, lapin::ConnectionProperties::default()).await?;
+//! let channel = connection.create_channel().await?;
+//! let topology = declare_partitions(&channel, "orders", "shipping.orders", "partition.", 4).await?;
+//!
+//! let service = InboxLayer::new(pool, "shipping").layer(tower::service_fn(ship));
+//! let runner = InboxRunner::builder(url, service).topology(&topology).build()?.spawn();
+//! // ... until the service stops:
+//! runner.shutdown().await?; // finishes the deliveries in hand, acks after their commits
+//! # Ok(()) }
+//! ```
 
 pub mod admin;
 mod decode;

@@ -21,9 +21,6 @@ pub enum FailureKind {
     /// The broker refused this message for good: too large, unroutable (returned by `mandatory`),
     /// or rejected by a queue policy. Quarantined at once.
     Rejected,
-    /// Another relay holds the row (its claim was taken over). Not a failure of the event: nothing
-    /// is recorded against it and the new owner carries on.
-    Contended,
     /// The broker could not be reached: no connection (refused, name not resolved, credentials
     /// refused at connect), or the connection was lost before the message's confirm came. Not the
     /// event's failure: the relay gives the row back without charging an attempt and pauses its
@@ -33,8 +30,7 @@ pub enum FailureKind {
 
 impl FailureKind {
     /// Every kind, for exhaustive listings (metrics, docs).
-    pub const ALL: [Self; 6] =
-        [Self::Transient, Self::Contract, Self::Auth, Self::Rejected, Self::Contended, Self::Unavailable];
+    pub const ALL: [Self; 5] = [Self::Transient, Self::Contract, Self::Auth, Self::Rejected, Self::Unavailable];
 
     /// The name stored in the database and used in metrics labels.
     pub const fn as_str(self) -> &'static str {
@@ -43,7 +39,6 @@ impl FailureKind {
             Self::Contract => "contract",
             Self::Auth => "auth",
             Self::Rejected => "rejected",
-            Self::Contended => "contended",
             Self::Unavailable => "unavailable",
         }
     }
@@ -52,7 +47,7 @@ impl FailureKind {
     pub const fn is_permanent(self) -> bool {
         match self {
             Self::Contract | Self::Rejected => true,
-            Self::Transient | Self::Auth | Self::Contended | Self::Unavailable => false,
+            Self::Transient | Self::Auth | Self::Unavailable => false,
         }
     }
 }

@@ -98,12 +98,12 @@ pub type Headers = BTreeMap<String, HeaderValue>;
 /// Header names an event may not set itself: the wire contract's own headers, and those RabbitMQ
 /// writes on dead-lettering and delayed delivery. Names starting with `x-outbox-` are reserved too.
 pub const RESERVED_HEADERS: &[&str] = &[
-    crate::wire::HEADER_EVENT_VERSION,
-    crate::wire::HEADER_ENTITY,
-    crate::wire::HEADER_SEQ,
-    crate::wire::HEADER_CAUSATION_ID,
-    crate::wire::HEADER_CREATED_AT_MS,
-    crate::wire::HEADER_TRACEPARENT,
+    crate::header_names::HEADER_EVENT_VERSION,
+    crate::header_names::HEADER_ENTITY,
+    crate::header_names::HEADER_SEQ,
+    crate::header_names::HEADER_CAUSATION_ID,
+    crate::header_names::HEADER_CREATED_AT_MS,
+    crate::header_names::HEADER_TRACEPARENT,
     "x-death",
     "x-first-death-exchange",
     "x-first-death-queue",

@@ -29,6 +29,7 @@ mod error;
 mod event;
 mod failure;
 mod header;
+mod header_names;
 mod id;
 mod publish;
 mod redact;

@@ -43,8 +43,8 @@ pub enum QuarantineReason {
 /// After the `n`-th failed attempt (n ≥ 1) the next attempt waits a random delay, uniform between
 /// the initial delay and `min(cap, initial × 2^(n-1))` ("full jitter" above a floor, so no retry is
 /// ever immediate: there is no hot loop). Permanent kinds ([`FailureKind::is_permanent`]) are
-/// quarantined at once; [`FailureKind::Contended`] and [`FailureKind::Unavailable`] are not the
-/// event's failure and are retried at once without counting against it.
+/// quarantined at once; [`FailureKind::Unavailable`] is not the event's failure and is retried at
+/// once without counting against it.
 ///
 /// ```
 /// use std::time::{Duration, SystemTime};
@@ -142,7 +142,7 @@ impl RetryPolicy {
             FailureKind::Contract | FailureKind::Rejected => {
                 return RetryDecision::Quarantine(QuarantineReason::Permanent(kind));
             }
-            FailureKind::Contended | FailureKind::Unavailable => return RetryDecision::RetryAt(now),
+            FailureKind::Unavailable => return RetryDecision::RetryAt(now),
             FailureKind::Transient | FailureKind::Auth => {}
         }
         if attempts >= self.max_attempts {
@@ -252,7 +252,6 @@ mod tests {
                 RetryDecision::Quarantine(QuarantineReason::Permanent(kind))
             );
         }
-        assert_eq!(p.decide_with_rng(99, created, old, FailureKind::Contended, &mut rng), RetryDecision::RetryAt(old));
         assert_eq!(
             p.decide_with_rng(99, created, old, FailureKind::Unavailable, &mut rng),
             RetryDecision::RetryAt(old)

@@ -39,18 +39,9 @@ use crate::{Entity, Event, EventId, HeaderValue, Headers, Payload};
 
 /// Version of the contract implemented here.
 pub const CONTRACT_VERSION: u32 = 1;
-/// Header carrying the event version.
-pub const HEADER_EVENT_VERSION: &str = "x-event-version";
-/// Header carrying the entity key.
-pub const HEADER_ENTITY: &str = "x-entity";
-/// Header carrying the entity sequence.
-pub const HEADER_SEQ: &str = "x-seq";
-/// Header carrying the causation id.
-pub const HEADER_CAUSATION_ID: &str = "x-causation-id";
-/// Header carrying the creation time in unix milliseconds.
-pub const HEADER_CREATED_AT_MS: &str = "x-created-at-ms";
-/// Header carrying the W3C trace context.
-pub const HEADER_TRACEPARENT: &str = "traceparent";
+pub use crate::header_names::{
+    HEADER_CAUSATION_ID, HEADER_CREATED_AT_MS, HEADER_ENTITY, HEADER_EVENT_VERSION, HEADER_SEQ, HEADER_TRACEPARENT,
+};
 /// AMQP `delivery_mode` of persistent messages.
 pub const PERSISTENT: u8 = 2;
 

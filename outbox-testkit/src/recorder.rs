@@ -91,8 +91,8 @@ impl Recorder {
                 let h = delivery.properties.headers().as_ref();
                 let record = Record {
                     event_id: delivery.properties.message_id().as_ref().and_then(|m| Uuid::parse_str(m.as_str()).ok()),
-                    entity: header_str(h, "x-entity"),
-                    seq: header_int(h, "x-seq"),
+                    entity: header_str(h, outbox_core::wire::HEADER_ENTITY),
+                    seq: header_int(h, outbox_core::wire::HEADER_SEQ),
                     redelivered: delivery.redelivered,
                     routing_key: delivery.routing_key.as_str().to_owned(),
                     arrived_at: Instant::now(),

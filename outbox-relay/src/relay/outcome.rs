@@ -169,13 +169,7 @@ mod tests {
 
     #[test]
     fn any_other_failure_is_charged_to_the_event_as_it_came() {
-        let kinds = [
-            FailureKind::Transient,
-            FailureKind::Contract,
-            FailureKind::Auth,
-            FailureKind::Rejected,
-            FailureKind::Contended,
-        ];
+        let kinds = [FailureKind::Transient, FailureKind::Contract, FailureKind::Auth, FailureKind::Rejected];
         for kind in kinds {
             let failure = PublishFailure::new(kind, "reply 312 NO_ROUTE");
             for (unsent, cut_short) in FLAGS {

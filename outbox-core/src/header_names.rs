@@ -1,0 +1,16 @@
+//! The wire contract's header names: a leaf module (no imports), so that the contract's encoding
+//! (`wire`) and the validation of an event's own headers (`header`) both read them without
+//! depending on each other. Re-exported by [`crate::wire`].
+
+/// Header carrying the event version.
+pub const HEADER_EVENT_VERSION: &str = "x-event-version";
+/// Header carrying the entity key.
+pub const HEADER_ENTITY: &str = "x-entity";
+/// Header carrying the entity sequence.
+pub const HEADER_SEQ: &str = "x-seq";
+/// Header carrying the causation id.
+pub const HEADER_CAUSATION_ID: &str = "x-causation-id";
+/// Header carrying the creation time in unix milliseconds.
+pub const HEADER_CREATED_AT_MS: &str = "x-created-at-ms";
+/// Header carrying the W3C trace context.
+pub const HEADER_TRACEPARENT: &str = "traceparent";
