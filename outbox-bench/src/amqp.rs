@@ -6,9 +6,7 @@ use std::time::{Duration, SystemTime};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
-use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use lapin::{BasicProperties, Confirmation, Connection, ConnectionProperties};
-use outbox_core::HeaderValue;
+use lapin::{Confirmation, Connection, ConnectionProperties};
 use outbox_core::wire::{self, WireMessage};
 use tokio::time::Instant;
 
@@ -25,39 +23,6 @@ pub(crate) fn wire_message(i: u64, entities: u64) -> Result<WireMessage, BoxErro
     let order = i64::try_from(entity + 1)?;
     let event = event(order)?.entity(format!("order-{order}")).into_event(Some(i / entities + 1), SystemTime::now());
     Ok(wire::encode(&event, None))
-}
-
-/// lapin properties of a message of the wire contract (strings, integers and booleans in headers,
-/// which is all the contract writes).
-pub(crate) fn properties(message: &WireMessage) -> BasicProperties {
-    let p = &message.properties;
-    let mut headers = FieldTable::default();
-    for (name, value) in &message.headers {
-        let value = match value {
-            HeaderValue::Int(i) => AMQPValue::LongLongInt(*i),
-            HeaderValue::String(s) => AMQPValue::LongString(LongString::from(s.as_str())),
-            HeaderValue::Bool(b) => AMQPValue::Boolean(*b),
-            _ => continue,
-        };
-        headers.insert(ShortString::from(name.as_str()), value);
-    }
-    let mut props = BasicProperties::default().with_headers(headers);
-    if let Some(v) = &p.message_id {
-        props = props.with_message_id(v.as_str().into());
-    }
-    if let Some(v) = &p.kind {
-        props = props.with_type(v.as_str().into());
-    }
-    if let Some(v) = p.timestamp {
-        props = props.with_timestamp(v);
-    }
-    if let Some(v) = &p.content_type {
-        props = props.with_content_type(v.as_str().into());
-    }
-    if let Some(v) = p.delivery_mode {
-        props = props.with_delivery_mode(v);
-    }
-    props
 }
 
 /// Publishes `messages` to `exchange` with `routing_key` on a connection of its own, `mandatory`,
@@ -85,7 +50,13 @@ pub(crate) async fn publish_confirmed(
             }
             let message = message?;
             let confirm = channel
-                .basic_publish(exchange.into(), routing_key.into(), options, &message.body, properties(&message))
+                .basic_publish(
+                    exchange.into(),
+                    routing_key.into(),
+                    options,
+                    &message.body,
+                    outbox_amqp::to_properties(&message),
+                )
                 .await?;
             in_flight.push(confirm);
         }
@@ -109,6 +80,8 @@ fn confirmed(confirm: Result<Confirmation, lapin::Error>) -> Result<(), BoxError
 
 #[cfg(test)]
 mod tests {
+    use outbox_core::HeaderValue;
+
     use super::*;
 
     #[test]

@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::builder::RangedU64ValueParser;
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+use outbox_relay::defaults;
 
 /// The longest duration a flag accepts: one day. No lease, timeout, deadline or polling interval
 /// worth having is longer, so a larger value is a mistake (milliseconds typed as seconds, a
@@ -81,7 +82,7 @@ pub(crate) struct RelayArgs {
     #[arg(long, env = "AMQP_URL", hide_env_values = true)]
     pub(crate) amqp_url: String,
     /// Exchange to publish to.
-    #[arg(long, default_value = "outbox.events")]
+    #[arg(long, default_value = defaults::EXCHANGE)]
     pub(crate) exchange: String,
     /// Exchange type used when declaring it.
     #[arg(long, value_enum, default_value_t = ExchangeKindArg::Topic)]
@@ -94,10 +95,10 @@ pub(crate) struct RelayArgs {
     #[arg(long, value_parser = RangedU64ValueParser::<u32>::new().range(1..=MAX_PARTITIONS))]
     pub(crate) partitions: Option<u32>,
     /// Rows per claim. 1 to 100,000.
-    #[arg(long, default_value_t = 500, value_parser = RangedU64ValueParser::<usize>::new().range(1..=MAX_BATCH_SIZE))]
+    #[arg(long, default_value_t = defaults::BATCH_SIZE, value_parser = RangedU64ValueParser::<usize>::new().range(1..=MAX_BATCH_SIZE))]
     pub(crate) batch_size: usize,
     /// Messages awaiting confirms at once. 1 to 1,000,000.
-    #[arg(long, default_value_t = 1000, value_parser = RangedU64ValueParser::<usize>::new().range(1..=MAX_CONFIRM_WINDOW))]
+    #[arg(long, default_value_t = defaults::CONFIRM_WINDOW, value_parser = RangedU64ValueParser::<usize>::new().range(1..=MAX_CONFIRM_WINDOW))]
     pub(crate) confirm_window: usize,
     /// Claim lease in seconds (a crashed relay's rows are taken over after it). At most one day.
     #[arg(long, default_value = "30", value_parser = seconds)]
@@ -113,7 +114,7 @@ pub(crate) struct RelayArgs {
     pub(crate) shutdown_deadline_secs: Duration,
     /// Vacuum the outbox table after this many rows published by this relay (0: never, leave it
     /// to autovacuum). At most 10^12.
-    #[arg(long, default_value_t = 100_000, value_parser = RangedU64ValueParser::<u64>::new().range(0..=MAX_VACUUM_AFTER_ROWS))]
+    #[arg(long, default_value_t = defaults::VACUUM_AFTER_ROWS, value_parser = RangedU64ValueParser::<u64>::new().range(0..=MAX_VACUUM_AFTER_ROWS))]
     pub(crate) vacuum_after_rows: u64,
     /// AMQP `app_id` on every message.
     #[arg(long)]
@@ -216,14 +217,18 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    /// The duration flags' defaults are written as text for clap: they must say what the
+    /// library's defaults say.
     #[test]
-    fn defaults_are_the_documented_ones() {
+    fn defaults_are_the_librarys() {
         let args = relay_args(&[]);
-        assert_eq!(args.lease_secs, Duration::from_secs(30));
-        assert_eq!(args.confirm_timeout_secs, Duration::from_secs(10));
-        assert_eq!(args.shutdown_deadline_secs, Duration::from_secs(10));
-        assert_eq!(args.poll_interval_ms, Duration::from_millis(1000));
-        assert_eq!((args.batch_size, args.confirm_window, args.vacuum_after_rows), (500, 1000, 100_000));
+        assert_eq!(args.lease_secs, defaults::LEASE);
+        assert_eq!(args.confirm_timeout_secs, defaults::CONFIRM_TIMEOUT);
+        assert_eq!(args.shutdown_deadline_secs, defaults::SHUTDOWN_DEADLINE);
+        assert_eq!(args.poll_interval_ms, defaults::POLL_INTERVAL);
+        assert_eq!(args.exchange, defaults::EXCHANGE);
+        let counts = (args.batch_size, args.confirm_window, args.vacuum_after_rows);
+        assert_eq!(counts, (defaults::BATCH_SIZE, defaults::CONFIRM_WINDOW, defaults::VACUUM_AFTER_ROWS));
         assert_eq!(args.partitions, None);
         assert_eq!(args.exchange_kind, ExchangeKindArg::Topic);
         let cli = Cli::parse_checked(["outbox", "status"]).expect("status");

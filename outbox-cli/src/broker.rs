@@ -11,7 +11,7 @@ use crate::signal::Shutdown;
 /// The publisher for `url`, refused at once if the URL is malformed (the error never quotes it).
 ///
 /// # Errors
-/// [`CliError::Producer`] holding `InvalidAmqpUrl`.
+/// [`CliError::Broker`] holding `InvalidUrl`.
 pub(crate) fn publisher(url: &str) -> Result<AmqpPublisher, CliError> {
     Ok(AmqpPublisher::builder(url).try_build()?)
 }

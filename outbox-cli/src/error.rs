@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use outbox_producer::DbMessage;
+use outbox_core::db_error::{DbMessage, MigrateMessage};
 
 /// Why a command failed (exit status 1).
 #[derive(Debug, thiserror::Error)]
@@ -45,28 +45,15 @@ pub(crate) enum CliError {
     /// The producer library failed (its migrations).
     #[error("{0}")]
     Producer(#[from] outbox_producer::Error),
-    /// The relay failed (invalid AMQP URL, invalid setting, the relay stopped).
+    /// The AMQP URL cannot be used (the message never quotes it).
+    #[error("{0}")]
+    Broker(#[from] outbox_amqp::Error),
+    /// The relay failed (invalid setting, the relay stopped).
     #[error("{0}")]
     Relay(#[from] outbox_relay::Error),
     /// The signal handlers could not be installed.
     #[error("signal handler: {0}")]
     Signal(#[from] std::io::Error),
-}
-
-/// A migration error without sqlx's source position in the database error it may hold.
-struct MigrateMessage<'a>(&'a sqlx::migrate::MigrateError);
-
-impl std::fmt::Display for MigrateMessage<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        use sqlx::migrate::MigrateError;
-        match self.0 {
-            MigrateError::Execute(e) => write!(f, "while executing migrations: {}", DbMessage(e)),
-            MigrateError::ExecuteMigration(e, version) => {
-                write!(f, "while executing migration {version}: {}", DbMessage(e))
-            }
-            other => write!(f, "{other}"),
-        }
-    }
 }
 
 /// `message` on one line: line breaks and the indentation after them become single spaces.

@@ -4,24 +4,18 @@ use sqlx::PgConnection;
 
 use crate::error::CliError;
 
-/// Prints pending, the oldest pending row's age, quarantined and published.
+/// Prints the outbox's counts by state ([`outbox_producer::admin::stats`]).
 ///
 /// # Errors
 /// The outbox tables are missing or the query fails.
 pub(crate) async fn run(conn: &mut PgConnection) -> Result<(), CliError> {
     crate::schema::check_outbox(conn).await?;
-    let (pending, oldest, quarantined, published): (i64, Option<f64>, i64, i64) = sqlx::query_as(
-        "SELECT count(*) FILTER (WHERE status = 'pending'),
-                EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE status = 'pending'))::float8,
-                count(*) FILTER (WHERE status = 'quarantined'),
-                count(*) FILTER (WHERE status = 'published')
-         FROM outbox_events",
-    )
-    .fetch_one(&mut *conn)
-    .await?;
-    println!("pending: {pending}");
-    println!("oldest_pending_age_s: {:.3}", oldest.unwrap_or(0.0));
-    println!("quarantined: {quarantined}");
-    println!("published: {published}");
+    let stats = outbox_producer::admin::stats(&mut *conn).await?;
+    println!("pending: {}", stats.pending);
+    println!("held: {}", stats.held);
+    println!("oldest_pending_age_s: {:.3}", stats.oldest_pending_age.as_secs_f64());
+    println!("quarantined: {}", stats.quarantined);
+    println!("published: {}", stats.published);
+    println!("skipped: {}", stats.skipped);
     Ok(())
 }

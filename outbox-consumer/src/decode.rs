@@ -1,8 +1,7 @@
 //! From a RabbitMQ delivery to an [`Event`], with every check a consumer needs before handing it
 //! to the inbox.
 
-use lapin::types::{AMQPValue, FieldTable};
-use outbox_core::wire::{self, DecodeError, WireMessage, WireProperties};
+use outbox_core::wire::{self, DecodeError, WireMessage};
 use outbox_core::{Event, HeaderValue, Headers};
 
 /// Why a delivery was not handed to the inbox. It is dead-lettered with [`DeliveryError::code`] as
@@ -92,51 +91,20 @@ impl DeliveryLimits {
     }
 }
 
-fn from_amqp(value: &AMQPValue, size: &mut usize) -> HeaderValue {
-    *size += 8;
-    match value {
-        AMQPValue::Boolean(b) => HeaderValue::Bool(*b),
-        AMQPValue::ShortShortInt(i) => HeaderValue::Int(i64::from(*i)),
-        AMQPValue::ShortShortUInt(i) => HeaderValue::Int(i64::from(*i)),
-        AMQPValue::ShortInt(i) => HeaderValue::Int(i64::from(*i)),
-        AMQPValue::ShortUInt(i) => HeaderValue::Int(i64::from(*i)),
-        AMQPValue::LongInt(i) => HeaderValue::Int(i64::from(*i)),
-        AMQPValue::LongUInt(i) => HeaderValue::Int(i64::from(*i)),
-        AMQPValue::LongLongInt(i) => HeaderValue::Int(*i),
-        AMQPValue::Timestamp(t) => HeaderValue::Int(i64::try_from(*t).unwrap_or(i64::MAX)),
-        AMQPValue::Float(f) => HeaderValue::Float(f64::from(*f)),
-        AMQPValue::Double(f) => HeaderValue::Float(*f),
-        AMQPValue::DecimalValue(d) => HeaderValue::Float(f64::from(d.value) / 10f64.powi(i32::from(d.scale))),
-        AMQPValue::ShortString(s) => {
-            *size += s.as_str().len();
-            HeaderValue::String(s.as_str().to_owned())
-        }
-        AMQPValue::LongString(s) => {
-            *size += s.as_bytes().len();
-            match std::str::from_utf8(s.as_bytes()) {
-                Ok(text) => HeaderValue::String(text.to_owned()),
-                Err(_) => HeaderValue::Bytes(s.as_bytes().to_vec()),
-            }
-        }
-        AMQPValue::ByteArray(b) => {
-            *size += b.as_slice().len();
-            HeaderValue::Bytes(b.as_slice().to_vec())
-        }
-        AMQPValue::FieldArray(a) => HeaderValue::List(a.as_slice().iter().map(|v| from_amqp(v, size)).collect()),
-        AMQPValue::FieldTable(t) => HeaderValue::Table(headers(t, size)),
-        AMQPValue::Void => HeaderValue::List(Vec::new()),
-    }
+/// The size of a headers table as AMQP encodes it, roughly: its names, its strings and bytes, and
+/// eight bytes for every value.
+fn encoded_size(headers: &Headers) -> usize {
+    headers.iter().map(|(name, value)| name.len() + value_size(value)).sum()
 }
 
-fn headers(table: &FieldTable, size: &mut usize) -> Headers {
-    table
-        .inner()
-        .iter()
-        .map(|(k, v)| {
-            *size += k.as_str().len();
-            (k.as_str().to_owned(), from_amqp(v, size))
-        })
-        .collect()
+fn value_size(value: &HeaderValue) -> usize {
+    8 + match value {
+        HeaderValue::String(s) => s.len(),
+        HeaderValue::Bytes(b) => b.len(),
+        HeaderValue::List(items) => items.iter().map(value_size).sum(),
+        HeaderValue::Table(t) => encoded_size(t),
+        _ => 0,
+    }
 }
 
 fn is_json(content_type: &str) -> bool {
@@ -144,36 +112,18 @@ fn is_json(content_type: &str) -> bool {
     essence == "application/json" || essence.ends_with("+json")
 }
 
-/// Decodes and checks a delivery.
+/// Decodes and checks a received message.
 ///
 /// # Errors
 /// The first [`DeliveryError`] found.
-pub fn decode_delivery(
-    properties: &lapin::BasicProperties,
-    body: &[u8],
-    limits: &DeliveryLimits,
-) -> Result<Event, DeliveryError> {
-    let mut size = 0;
-    let headers = properties.headers().as_ref().map(|t| headers(t, &mut size)).unwrap_or_default();
+pub fn decode_delivery(message: WireMessage, limits: &DeliveryLimits) -> Result<Event, DeliveryError> {
+    let size = encoded_size(&message.headers);
     if size > limits.max_header_bytes {
         return Err(DeliveryError::HeadersTooLarge { size, max: limits.max_header_bytes });
     }
-    if body.len() > limits.max_payload_bytes {
-        return Err(DeliveryError::PayloadTooLarge { size: body.len(), max: limits.max_payload_bytes });
+    if message.body.len() > limits.max_payload_bytes {
+        return Err(DeliveryError::PayloadTooLarge { size: message.body.len(), max: limits.max_payload_bytes });
     }
-    let message = WireMessage {
-        properties: WireProperties {
-            message_id: properties.message_id().as_ref().map(|s| s.as_str().to_owned()),
-            kind: properties.kind().as_ref().map(|s| s.as_str().to_owned()),
-            correlation_id: properties.correlation_id().as_ref().map(|s| s.as_str().to_owned()),
-            timestamp: *properties.timestamp(),
-            content_type: properties.content_type().as_ref().map(|s| s.as_str().to_owned()),
-            app_id: properties.app_id().as_ref().map(|s| s.as_str().to_owned()),
-            delivery_mode: *properties.delivery_mode(),
-        },
-        headers,
-        body: body.to_vec(),
-    };
     let event = wire::decode(message)?;
     let content_type = event.payload.content_type();
     if !limits.content_types.iter().any(|c| c == content_type) {

@@ -1,4 +1,5 @@
 use outbox_core::FailureKind;
+use outbox_core::db_error::{DbMessage, RedactedSqlx};
 
 /// Whether a handler failure can pass by itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,8 +52,10 @@ impl From<sqlx::Error> for HandlerError {
     }
 }
 
-/// Errors of the consumer side. Messages carry ids and reasons, never payloads or credentials.
-#[derive(Debug, thiserror::Error)]
+/// Errors of the consumer side. Messages carry ids and reasons, never payloads or credentials; a
+/// database error shows the server's message and SQLSTATE, never PostgreSQL's detail (which can
+/// quote a parked payload), in `Display` and in `Debug`.
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The handler failed.
@@ -66,10 +69,19 @@ pub enum Error {
     Database(#[from] sqlx::Error),
     /// A service layer in front of the handler failed (for example a tower timeout).
     #[error("handler layer failed: {0}")]
-    Layer(String),
-    /// RabbitMQ failed.
+    Layer(tower::BoxError),
+    /// The broker failed or refused; the runner reconnects.
     #[error("broker error: {0}")]
-    Amqp(String),
+    Broker(#[from] outbox_amqp::Error),
+    /// A setting is missing or out of range.
+    #[error("invalid configuration: {0}")]
+    Config(&'static str),
+    /// The runner stopped at an armed crash point (failure tests only).
+    #[error("the runner stopped at a crash point")]
+    Crashed,
+    /// The runner task panicked or was aborted.
+    #[error("the runner task stopped abnormally")]
+    Stopped,
     /// A stored (parked) event does not hold what the schema promises.
     #[error("corrupt inbox row {0}: {1}")]
     CorruptRow(uuid::Uuid, &'static str),
@@ -87,8 +99,11 @@ impl Error {
                 HandlerErrorKind::Permanent => FailureKind::Contract,
                 HandlerErrorKind::Transient => FailureKind::Transient,
             },
-            Self::CorruptRow(..) | Self::InvalidBatch(_) => FailureKind::Contract,
-            Self::Panicked | Self::Database(_) | Self::Layer(_) | Self::Amqp(_) => FailureKind::Transient,
+            Self::CorruptRow(..) | Self::InvalidBatch(_) | Self::Config(_) => FailureKind::Contract,
+            Self::Broker(e) => e.kind(),
+            Self::Panicked | Self::Database(_) | Self::Layer(_) | Self::Crashed | Self::Stopped => {
+                FailureKind::Transient
+            }
         }
     }
 
@@ -101,19 +116,19 @@ impl Error {
 /// `Result` with the consumer's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// A sqlx error for people: a server error's message and SQLSTATE, without the source position
-/// sqlx appends (`at line 1392` of PostgreSQL's C file) and without its detail, which can quote a
-/// parked payload.
-struct DbMessage<'a>(&'a sqlx::Error);
-
-impl std::fmt::Display for DbMessage<'_> {
+impl std::fmt::Debug for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0.as_database_error() {
-            Some(db) => match db.code() {
-                Some(code) => write!(f, "{} (SQLSTATE {code})", db.message()),
-                None => f.write_str(db.message()),
-            },
-            None => write!(f, "{}", self.0),
+        match self {
+            Self::Handler(e) => f.debug_tuple("Handler").field(e).finish(),
+            Self::Panicked => f.write_str("Panicked"),
+            Self::Database(e) => f.debug_tuple("Database").field(&RedactedSqlx(e)).finish(),
+            Self::Layer(e) => f.debug_tuple("Layer").field(&format_args!("{e}")).finish(),
+            Self::Broker(e) => f.debug_tuple("Broker").field(e).finish(),
+            Self::Config(what) => f.debug_tuple("Config").field(what).finish(),
+            Self::CorruptRow(id, what) => f.debug_tuple("CorruptRow").field(id).field(what).finish(),
+            Self::InvalidBatch(what) => f.debug_tuple("InvalidBatch").field(what).finish(),
+            Self::Crashed => f.write_str("Crashed"),
+            Self::Stopped => f.write_str("Stopped"),
         }
     }
 }

@@ -31,7 +31,7 @@
 //!
 //! // Four ordered partitions of the exchange the relay publishes to, with their dead letters.
 //! let url = "amqp://guest:guest@127.0.0.1:5672/%2f";
-//! let connection = lapin::Connection::connect(url, lapin::ConnectionProperties::default()).await?;
+//! let connection = outbox_amqp::connect(url, "shipping-setup", std::time::Duration::from_secs(5)).await?;
 //! let channel = connection.create_channel().await?;
 //! let topology = declare_partitions(&channel, "orders", "shipping.orders", "partition.", 4).await?;
 //!
@@ -48,16 +48,16 @@ mod error;
 mod inbox;
 mod migrate;
 mod runner;
-mod topology;
 
 pub use decode::{DeliveryError, DeliveryLimits, decode_delivery};
 pub use error::{Error, HandlerError, HandlerErrorKind, Result};
 pub use inbox::{InboxLayer, InboxRequest, InboxService, Outcome, StartPolicy};
 pub use migrate::{MIGRATIONS_TABLE, migrate, migrator};
+/// The topology and the dead-letter headers, from `outbox-amqp`.
+pub use outbox_amqp::{
+    HEADER_DEAD_LETTER_DETAIL, HEADER_DEAD_LETTER_QUEUE, HEADER_DEAD_LETTER_REASON, Topology, declare_partitions,
+    declare_queue,
+};
 #[cfg(feature = "fail-points")]
 pub use runner::CrashPoint;
-pub use runner::{
-    HEADER_DEAD_LETTER_DETAIL, HEADER_DEAD_LETTER_QUEUE, HEADER_DEAD_LETTER_REASON, InboxRunner, InboxRunnerBuilder,
-    RunnerHandle, RunnerStats,
-};
-pub use topology::{Topology, declare_partitions, declare_queue};
+pub use runner::{InboxRunner, InboxRunnerBuilder, RunnerHandle, RunnerStats};

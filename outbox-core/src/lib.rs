@@ -25,6 +25,8 @@
 //! ```
 
 mod backoff;
+#[cfg(feature = "sqlx")]
+pub mod db_error;
 mod error;
 mod event;
 mod failure;

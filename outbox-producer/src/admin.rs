@@ -1,4 +1,4 @@
-//! The operator API over the outbox tables: list quarantined events, retry one, skip one,
+//! The operator API over the outbox tables: counts by state ([`stats`]), list quarantined events, retry one, skip one,
 //! re-check the events held behind a quarantine.
 //!
 //! A retry keeps the same row and the same event id (nothing new is minted) and resets its
@@ -22,6 +22,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::Result;
+pub use crate::stats::{Stats, stats};
 
 /// A quarantined event, as an operator sees it (no payload).
 #[derive(Debug, Clone, PartialEq)]

@@ -1,3 +1,4 @@
+use outbox_core::db_error::{DbMessage, MigrateMessage, RedactedSqlx, database_kind};
 use outbox_core::{EventError, FailureKind};
 
 /// Errors of the producer side.
@@ -55,69 +56,6 @@ impl std::fmt::Debug for Error {
             Self::InvalidConfig(what) => f.debug_tuple("InvalidConfig").field(what).finish(),
         }
     }
-}
-
-/// A sqlx error for people: a server error's message and SQLSTATE, without the source position
-/// sqlx appends (`at line 1392` of PostgreSQL's C file) and without its detail; other errors as
-/// sqlx words them (connection refused, pool timed out, ...).
-pub struct DbMessage<'a>(pub &'a sqlx::Error);
-
-impl std::fmt::Display for DbMessage<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0.as_database_error() {
-            Some(db) => match db.code() {
-                Some(code) => write!(f, "{} (SQLSTATE {code})", db.message()),
-                None => f.write_str(db.message()),
-            },
-            None => write!(f, "{}", self.0),
-        }
-    }
-}
-
-/// A migration error for people: a failed statement as [`DbMessage`] shows it.
-struct MigrateMessage<'a>(&'a sqlx::migrate::MigrateError);
-
-impl std::fmt::Display for MigrateMessage<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0 {
-            sqlx::migrate::MigrateError::Execute(e) => write!(f, "{}", DbMessage(e)),
-            sqlx::migrate::MigrateError::ExecuteMigration(e, version) => {
-                write!(f, "migration {version} failed: {}", DbMessage(e))
-            }
-            other => write!(f, "{other}"),
-        }
-    }
-}
-
-/// `Debug` of a sqlx error without the server's detail and hint (which can quote a row).
-pub struct RedactedSqlx<'a>(pub &'a sqlx::Error);
-
-impl std::fmt::Debug for RedactedSqlx<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0.as_database_error() {
-            Some(db) => f
-                .debug_struct("DatabaseError")
-                .field("code", &db.code())
-                .field("message", &db.message())
-                .field("constraint", &db.constraint())
-                .finish_non_exhaustive(),
-            None => write!(f, "{}", self.0),
-        }
-    }
-}
-
-/// Classifies a database error: authentication and permission problems are operational (`auth`);
-/// everything else on a connection is passing (`transient`).
-pub fn database_kind(e: &sqlx::Error) -> FailureKind {
-    if let Some(db) = e.as_database_error() {
-        // 28xxx: invalid authorization; 42501: insufficient privilege.
-        if let Some(code) = db.code()
-            && (code.starts_with("28") || code == "42501")
-        {
-            return FailureKind::Auth;
-        }
-    }
-    FailureKind::Transient
 }
 
 /// `Result` with the producer's [`Error`] as the default error.

@@ -32,9 +32,10 @@ mod enqueue;
 mod error;
 mod migrate;
 mod retention;
+mod stats;
 
 pub use enqueue::{Outbox, OutboxBuilder};
-pub use error::{DbMessage, Error, RedactedSqlx, Result, database_kind};
+pub use error::{Error, Result};
 pub use migrate::{MIGRATIONS_TABLE, migrate, migrator};
 pub use retention::{Retention, RetentionBuilder};
 

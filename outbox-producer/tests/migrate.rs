@@ -84,3 +84,24 @@ async fn hot_queries_use_indexes() {
     assert!(pred.contains("outbox_events_entity_seq"), "{pred}");
     db.close().await.expect("drop db");
 }
+
+/// The product's SQL writes the status names out (so that the partial indexes' predicates match);
+/// they must be those of `outbox_core::Status`, and the schema must accept exactly those.
+#[tokio::test]
+async fn the_schema_accepts_exactly_the_status_names_of_the_core_type() {
+    use outbox_core::Status;
+    let db = TestDb::new().await.expect("test db");
+    let check: String = sqlx::query_scalar(
+        "SELECT pg_get_constraintdef(c.oid) FROM pg_constraint c
+         WHERE c.conrelid = 'outbox_events'::regclass AND c.contype = 'c' AND pg_get_constraintdef(c.oid) LIKE '%status%'",
+    )
+    .fetch_one(db.pool())
+    .await
+    .expect("status check constraint");
+    let accepted: Vec<&str> = check.split('\'').skip(1).step_by(2).collect();
+    let ours = [Status::Pending, Status::Published, Status::Quarantined, Status::Skipped].map(Status::as_str);
+    assert_eq!(accepted, ours, "{check}");
+    for status in ours {
+        assert_eq!(status.parse::<Status>().map(Status::as_str), Ok(status));
+    }
+}

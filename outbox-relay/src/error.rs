@@ -1,5 +1,5 @@
 use outbox_core::FailureKind;
-use outbox_producer::{DbMessage, RedactedSqlx};
+use outbox_core::db_error::{DbMessage, RedactedSqlx, database_kind};
 
 /// Errors of the relay.
 ///
@@ -14,9 +14,6 @@ pub enum Error {
     /// A relay setting is out of range.
     #[error("invalid configuration: {0}")]
     InvalidConfig(&'static str),
-    /// The AMQP URL cannot be used; the reason never quotes the URL (it may hold a password).
-    #[error("invalid AMQP URL: {0}")]
-    InvalidAmqpUrl(String),
     /// A row read from the outbox does not hold what the schema promises.
     #[error("corrupt outbox row {id}: {what}")]
     CorruptRow {
@@ -37,9 +34,9 @@ impl Error {
     /// The class of failure: whether trying again can help.
     pub fn kind(&self) -> FailureKind {
         match self {
-            Self::CorruptRow { .. } | Self::InvalidConfig(_) | Self::InvalidAmqpUrl(_) => FailureKind::Contract,
+            Self::CorruptRow { .. } | Self::InvalidConfig(_) => FailureKind::Contract,
             Self::Crashed | Self::Stopped => FailureKind::Transient,
-            Self::Database(e) => outbox_producer::database_kind(e),
+            Self::Database(e) => database_kind(e),
         }
     }
 }
@@ -49,7 +46,6 @@ impl std::fmt::Debug for Error {
         match self {
             Self::Database(e) => f.debug_tuple("Database").field(&RedactedSqlx(e)).finish(),
             Self::InvalidConfig(what) => f.debug_tuple("InvalidConfig").field(what).finish(),
-            Self::InvalidAmqpUrl(why) => f.debug_tuple("InvalidAmqpUrl").field(why).finish(),
             Self::CorruptRow { id, what } => f.debug_struct("CorruptRow").field("id", id).field("what", what).finish(),
             Self::Crashed => f.write_str("Crashed"),
             Self::Stopped => f.write_str("Stopped"),

@@ -20,14 +20,15 @@
 //!
 //! See `docs/architecture.md` for how claiming, ordering and recovery work.
 
-mod amqp;
+pub mod defaults;
 mod error;
 mod relay;
 mod routing;
 mod store;
 
-pub use amqp::{AmqpPublisher, AmqpPublisherBuilder};
 pub use error::{Error, Result};
+/// The RabbitMQ publisher the relay is usually built with (from `outbox-amqp`).
+pub use outbox_amqp::{AmqpPublisher, AmqpPublisherBuilder};
 #[cfg(feature = "fail-points")]
 pub use relay::CrashPoint;
 pub use relay::{BatchReport, Relay, RelayBuilder, RelayHandle};

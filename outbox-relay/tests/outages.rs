@@ -39,7 +39,7 @@ async fn count(pool: &PgPool, sql: &'static str) -> i64 {
 async fn setup() -> (TestDb, TestBroker, String, Recorder) {
     let db = TestDb::new().await.expect("db");
     let broker = TestBroker::new().await.expect("broker");
-    let exchange = broker.declare_exchange("events", lapin::ExchangeKind::Topic).await.expect("exchange");
+    let exchange = broker.declare_exchange("events", outbox_amqp::lapin::ExchangeKind::Topic).await.expect("exchange");
     let queue = broker.declare_queue("all").await.expect("queue");
     broker.bind(&queue, &exchange, "#").await.expect("bind");
     let recorder = Recorder::start(&queue).await.expect("recorder");

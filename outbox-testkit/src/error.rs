@@ -17,9 +17,12 @@ pub enum Error {
     /// The consumer side failed.
     #[error("consumer error: {0}")]
     Consumer(#[from] outbox_consumer::Error),
-    /// RabbitMQ failed.
+    /// RabbitMQ failed (a raw operation of the test broker).
     #[error("broker error: {0}")]
     Amqp(#[from] lapin::Error),
+    /// RabbitMQ failed or refused (the product's AMQP layer).
+    #[error("broker error: {0}")]
+    Broker(#[from] outbox_amqp::Error),
     /// A local command or file failed.
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_consumer::{InboxLayer, InboxRequest, InboxRunner, InboxRunnerBuilder, RunnerHandle, Topology};
-use outbox_core::{Publisher, RetryPolicy};
+use outbox_core::{Publisher, RetryPolicy, Status};
 use outbox_producer::Outbox;
 use outbox_relay::{AmqpPublisher, AmqpPublisherBuilder, RelayBuilder, RelayHandle};
 use sqlx::PgPool;
@@ -585,15 +585,18 @@ impl Harness {
         Some(self.consumer.0.take()?.join().await)
     }
 
-    /// Outbox rows with `status` (`pending`, `published`, `quarantined`, `skipped`).
+    /// Outbox rows with `status` (from [`outbox_producer::admin::stats`]).
     ///
     /// # Errors
     /// A database error.
-    pub async fn count_status(&self, status: &str) -> Result<i64> {
-        Ok(sqlx::query_scalar("SELECT count(*) FROM outbox_events WHERE status = $1")
-            .bind(status)
-            .fetch_one(self.pool())
-            .await?)
+    pub async fn count_status(&self, status: Status) -> Result<i64> {
+        let stats = outbox_producer::admin::stats(self.pool()).await?;
+        Ok(match status {
+            Status::Pending => stats.pending,
+            Status::Published => stats.published,
+            Status::Quarantined => stats.quarantined,
+            _ => stats.skipped,
+        })
     }
 
     /// Waits until no outbox row is pending (each is published, quarantined or skipped).
@@ -602,7 +605,7 @@ impl Harness {
     /// [`crate::Error::Timeout`] with the number still pending.
     pub async fn wait_until_no_pending(&self, deadline: Duration) -> Result<()> {
         crate::wait_for("no pending outbox row", deadline, || async {
-            (self.count_status("pending").await.ok()? == 0).then_some(())
+            (self.count_status(Status::Pending).await.ok()? == 0).then_some(())
         })
         .await
     }

@@ -6,8 +6,10 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
-use lapin::types::{AMQPValue, FieldTable};
+use lapin::types::FieldTable;
 use lapin::{Channel, Connection, ConnectionProperties};
+use outbox_core::HeaderValue;
+use outbox_core::wire::{HEADER_ENTITY, HEADER_SEQ};
 use uuid::Uuid;
 
 use crate::Result;
@@ -55,23 +57,6 @@ struct State {
     arrivals: HashMap<Uuid, usize>,
 }
 
-fn header_str(h: Option<&FieldTable>, name: &str) -> Option<String> {
-    match h?.inner().get(name)? {
-        AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
-        AMQPValue::ShortString(s) => Some(s.as_str().to_owned()),
-        _ => None,
-    }
-}
-
-fn header_int(h: Option<&FieldTable>, name: &str) -> Option<i64> {
-    match h?.inner().get(name)? {
-        AMQPValue::LongLongInt(i) => Some(*i),
-        AMQPValue::LongInt(i) => Some(i64::from(*i)),
-        AMQPValue::ShortInt(i) => Some(i64::from(*i)),
-        _ => None,
-    }
-}
-
 impl Recorder {
     /// Starts consuming `queue` on a connection of its own.
     ///
@@ -88,11 +73,11 @@ impl Recorder {
         let sink = state.clone();
         let task = tokio::spawn(async move {
             while let Some(Ok(delivery)) = consumer.next().await {
-                let h = delivery.properties.headers().as_ref();
+                let headers = delivery.properties.headers().as_ref().map(outbox_amqp::from_table).unwrap_or_default();
                 let record = Record {
                     event_id: delivery.properties.message_id().as_ref().and_then(|m| Uuid::parse_str(m.as_str()).ok()),
-                    entity: header_str(h, outbox_core::wire::HEADER_ENTITY),
-                    seq: header_int(h, outbox_core::wire::HEADER_SEQ),
+                    entity: headers.get(HEADER_ENTITY).and_then(HeaderValue::as_str).map(str::to_owned),
+                    seq: headers.get(HEADER_SEQ).and_then(HeaderValue::as_i64),
                     redelivered: delivery.redelivered,
                     routing_key: delivery.routing_key.as_str().to_owned(),
                     arrived_at: Instant::now(),

@@ -10,7 +10,7 @@ use std::time::Duration;
 use outbox_consumer::{HandlerError, InboxLayer, InboxRequest};
 use outbox_core::{
     ConfirmFuture, EventId, ExchangeKind, FailureKind, NewEvent, OutgoingMessage, PublishFailure, Publisher,
-    RetryPolicy,
+    RetryPolicy, Status,
 };
 use outbox_producer::{Retention, admin};
 use outbox_relay::{CrashPoint, Error as RelayError, RelayBuilder};
@@ -195,8 +195,8 @@ async fn scenario_02_broker_down_event_waits_then_goes_out() {
         count(h.pool(), "SELECT count(*) FROM outbox_events WHERE attempts > 0 OR last_error IS NOT NULL").await,
         0
     );
-    assert_eq!(h.count_status("published").await.expect("count"), 0);
-    assert_eq!(h.count_status("quarantined").await.expect("count"), 0, "an outage does not quarantine");
+    assert_eq!(h.count_status(Status::Published).await.expect("count"), 0);
+    assert_eq!(h.count_status(Status::Quarantined).await.expect("count"), 0, "an outage does not quarantine");
     assert_eq!(h.recorder().count(), 0);
     assert_eq!(count(h.pool(), "SELECT count(*) FROM shipments").await, 0, "nothing shipped during the outage");
 
@@ -260,7 +260,7 @@ async fn scenario_04_relay_dies_after_publish_before_mark() {
     assert!(matches!(h.join_relay().await, Some(Err(RelayError::Crashed))));
     h.recorder().wait_for_count(6, Duration::from_secs(10)).await.expect("the first batch reached the broker");
     let first = h.recorder().ids();
-    assert_eq!(h.count_status("published").await.expect("count"), 0, "nothing was marked");
+    assert_eq!(h.count_status(Status::Published).await.expect("count"), 0, "nothing was marked");
 
     h.start_relay().await.expect("relay");
     wait_shipped(&h, 12, Duration::from_secs(30)).await;
@@ -620,7 +620,7 @@ async fn scenario_09_cleanup_never_deletes_pending() {
     assert!(!shipped.contains_key("order-3"), "the retry is an hour away");
     // The consumer may apply an event before the relay has marked it published.
     wait_for("only the retrying row pending", Duration::from_secs(10), || async {
-        (h.count_status("pending").await.ok()? == 1).then_some(())
+        (h.count_status(Status::Pending).await.ok()? == 1).then_some(())
     })
     .await
     .expect("marked");

@@ -130,12 +130,12 @@ async fn fresh_database(server: &PgConnectOptions, name: &str) -> Result<PgPool,
 
 /// Deletes the queues an earlier run left on the broker, so that this run starts empty.
 async fn fresh_broker(amqp: &str, queues: &str) -> Result<(), BoxError> {
-    let conn = lapin::Connection::connect(amqp, lapin::ConnectionProperties::default()).await?;
+    let conn = outbox_amqp::connect(amqp, "demo-reset", std::time::Duration::from_secs(5)).await?;
     let channel = conn.create_channel().await?;
     let names = (0..PARTITIONS).map(|n| n.to_string()).chain(["dead".to_owned()]);
     for name in names.map(|n| format!("{queues}.{n}")) {
         // Deleting a queue that does not exist succeeds.
-        channel.queue_delete(name.as_str().into(), lapin::options::QueueDeleteOptions::default()).await?;
+        channel.queue_delete(name.as_str().into(), outbox_amqp::lapin::options::QueueDeleteOptions::default()).await?;
     }
     // The channel first, awaited, then the connection: a channel still open (or closing because
     // it was dropped) when its connection closes makes lapin log a spurious "Connection error".
@@ -191,8 +191,8 @@ async fn watch_progress(
             () = tokio::time::sleep(Duration::from_millis(500)) => {}
             _ = stop.wait_for(|s| *s) => return Ok(false),
         }
-        let written = scalar(orders_db, "SELECT count(*) FROM outbox_events").await?;
-        let published = scalar(orders_db, "SELECT count(*) FROM outbox_events WHERE status = 'published'").await?;
+        let outbox = outbox_producer::admin::stats(orders_db).await?;
+        let (written, published) = (outbox.total(), outbox.published);
         let applied = scalar(shipping_db, "SELECT count(*) FROM shipments").await?;
         println!(
             "  {:>5.1}s  written {written:>6}  published {published:>6}  applied {applied:>6}",
@@ -213,9 +213,8 @@ async fn reconcile(
     started: Instant,
 ) -> Result<bool, BoxError> {
     let changes_made = scalar(orders_db, "SELECT coalesce(sum(version), 0)::bigint FROM orders").await?;
-    let events = scalar(orders_db, "SELECT count(*) FROM outbox_events").await?;
-    let published = scalar(orders_db, "SELECT count(*) FROM outbox_events WHERE status = 'published'").await?;
-    let quarantined = scalar(orders_db, "SELECT count(*) FROM outbox_events WHERE status = 'quarantined'").await?;
+    let outbox = outbox_producer::admin::stats(orders_db).await?;
+    let (events, published, quarantined) = (outbox.total(), outbox.published, outbox.quarantined);
     let applied = scalar(shipping_db, "SELECT count(*) FROM shipments").await?;
     let applied_twice = scalar(
         shipping_db,

@@ -4,6 +4,8 @@
 //! `shipments` in the inbox's transaction, so each change is applied exactly once and in order per
 //! order, whatever RabbitMQ redelivers.
 
+use std::time::Duration;
+
 use outbox_consumer::{HandlerError, InboxLayer, InboxRequest, InboxRunner, RunnerHandle, Topology};
 use serde::Deserialize;
 use sqlx::PgPool;
@@ -96,22 +98,11 @@ pub async fn start(
     queue_base: &str,
     partitions: u32,
 ) -> Result<(RunnerHandle, Topology), outbox_consumer::Error> {
-    let conn = lapin::Connection::connect(amqp_url, lapin::ConnectionProperties::default())
-        .await
-        .map_err(|e| outbox_consumer::Error::Amqp(e.to_string()))?;
-    let channel = conn.create_channel().await.map_err(|e| outbox_consumer::Error::Amqp(e.to_string()))?;
-    let declare = channel
-        .exchange_declare(
-            exchange.into(),
-            lapin::ExchangeKind::Topic,
-            lapin::options::ExchangeDeclareOptions { durable: true, ..Default::default() },
-            lapin::types::FieldTable::default(),
-        )
-        .await;
-    declare.map_err(|e| outbox_consumer::Error::Amqp(e.to_string()))?;
-    let topology = outbox_consumer::declare_partitions(&channel, exchange, queue_base, "partition.", partitions)
-        .await
-        .map_err(|e| outbox_consumer::Error::Amqp(e.to_string()))?;
+    let conn = outbox_amqp::connect(amqp_url, "shipping-service-setup", Duration::from_secs(5)).await?;
+    let channel = conn.create_channel().await.map_err(outbox_amqp::Error::from)?;
+    outbox_amqp::declare_exchange(&channel, exchange, outbox_core::ExchangeKind::Topic).await?;
+    let topology =
+        outbox_consumer::declare_partitions(&channel, exchange, queue_base, "partition.", partitions).await?;
     // Close the channel before its connection: a channel dropped while its connection closes
     // makes lapin log a spurious "Connection error".
     let _ = channel.close(200, "declared".into()).await;

@@ -93,7 +93,7 @@ fn handler_error<E: Into<tower::BoxError>>(e: E) -> Error {
     let e: tower::BoxError = e.into();
     match e.downcast::<HandlerError>() {
         Ok(h) => Error::Handler(*h),
-        Err(other) => Error::Layer(other.to_string()),
+        Err(other) => Error::Layer(other),
     }
 }
 

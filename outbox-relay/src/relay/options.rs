@@ -11,6 +11,7 @@ use tokio::sync::Notify;
 use uuid::Uuid;
 
 use super::{Relay, Shared};
+use crate::defaults;
 use crate::routing::{ByEventType, RoutingStrategy};
 use crate::store;
 use crate::{Error, Result};
@@ -92,22 +93,22 @@ impl<P: Publisher> RelayBuilder<P> {
             routing: Arc::new(ByEventType),
             settings: Settings {
                 relay_id: default_relay_id(),
-                batch_size: 500,
-                events_per_entity: 4,
-                confirm_window: 1000,
-                lease: Duration::from_secs(30),
-                poll_interval: Duration::from_secs(1),
-                linger: Duration::from_millis(200),
-                fast_poll_interval: Duration::from_millis(5),
-                confirm_timeout: Duration::from_secs(10),
-                shutdown_deadline: Duration::from_secs(10),
+                batch_size: defaults::BATCH_SIZE,
+                events_per_entity: defaults::EVENTS_PER_ENTITY,
+                confirm_window: defaults::CONFIRM_WINDOW,
+                lease: defaults::LEASE,
+                poll_interval: defaults::POLL_INTERVAL,
+                linger: defaults::LINGER,
+                fast_poll_interval: defaults::FAST_POLL_INTERVAL,
+                confirm_timeout: defaults::CONFIRM_TIMEOUT,
+                shutdown_deadline: defaults::SHUTDOWN_DEADLINE,
                 retry: RetryPolicy::default(),
-                exchange: "outbox.events".to_owned(),
+                exchange: defaults::EXCHANGE.to_owned(),
                 exchange_kind: ExchangeKind::Topic,
                 declare_exchange: true,
                 app_id: None,
                 synchronous_commit: false,
-                vacuum_after: Some(100_000),
+                vacuum_after: Some(defaults::VACUUM_AFTER_ROWS),
                 #[cfg(feature = "fail-points")]
                 crash_at: None,
             },

@@ -1,11 +1,16 @@
-//! Declaring the consumer's queues, their dead-letter exchange and queue, and ordered partitions.
+//! Declaring what the relay publishes to and what a consumer reads: the exchange, the consumer's
+//! queues, their dead-letter exchange and queue, and ordered partitions.
 
+use lapin::Channel;
 use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{Channel, ExchangeKind};
+use outbox_core::ExchangeKind;
+
+use crate::Error;
 
 /// The queues a consumer reads and where its dead letters go.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Topology {
     /// Queues to consume.
     pub queues: Vec<String>,
@@ -15,22 +20,43 @@ pub struct Topology {
     pub dead_letter_queue: String,
 }
 
-async fn declare_dead_letters(channel: &Channel, base: &str) -> Result<(String, String), lapin::Error> {
+fn lapin_kind(kind: ExchangeKind) -> lapin::ExchangeKind {
+    match kind {
+        ExchangeKind::Direct => lapin::ExchangeKind::Direct,
+        ExchangeKind::Fanout => lapin::ExchangeKind::Fanout,
+        ExchangeKind::Headers => lapin::ExchangeKind::Headers,
+        _ => lapin::ExchangeKind::Topic,
+    }
+}
+
+/// Declares the durable exchange `name` of `kind`.
+///
+/// # Errors
+/// The broker's refusal (for example an exchange already declared with another kind).
+pub async fn declare_exchange(channel: &Channel, name: &str, kind: ExchangeKind) -> Result<(), Error> {
+    let options = ExchangeDeclareOptions { durable: true, ..ExchangeDeclareOptions::default() };
+    channel.exchange_declare(name.into(), lapin_kind(kind), options, FieldTable::default()).await?;
+    Ok(())
+}
+
+async fn durable_queue(channel: &Channel, queue: &str, args: FieldTable) -> Result<(), Error> {
+    let options = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
+    channel.queue_declare(queue.into(), options, args).await?;
+    Ok(())
+}
+
+async fn bind(channel: &Channel, queue: &str, exchange: &str, key: &str) -> Result<(), Error> {
+    let options = QueueBindOptions::default();
+    channel.queue_bind(queue.into(), exchange.into(), key.into(), options, FieldTable::default()).await?;
+    Ok(())
+}
+
+async fn declare_dead_letters(channel: &Channel, base: &str) -> Result<(String, String), Error> {
     let dlx = format!("{base}.dlx");
     let dlq = format!("{base}.dead");
-    let durable = ExchangeDeclareOptions { durable: true, ..ExchangeDeclareOptions::default() };
-    channel.exchange_declare(dlx.as_str().into(), ExchangeKind::Fanout, durable, FieldTable::default()).await?;
-    let q = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
-    channel.queue_declare(dlq.as_str().into(), q, FieldTable::default()).await?;
-    channel
-        .queue_bind(
-            dlq.as_str().into(),
-            dlx.as_str().into(),
-            "".into(),
-            QueueBindOptions::default(),
-            FieldTable::default(),
-        )
-        .await?;
+    declare_exchange(channel, &dlx, ExchangeKind::Fanout).await?;
+    durable_queue(channel, &dlq, FieldTable::default()).await?;
+    bind(channel, &dlq, &dlx, "").await?;
     Ok((dlx, dlq))
 }
 
@@ -46,22 +72,13 @@ pub async fn declare_queue(
     exchange: &str,
     queue: &str,
     bindings: &[&str],
-) -> Result<Topology, lapin::Error> {
+) -> Result<Topology, Error> {
     let (dlx, dlq) = declare_dead_letters(channel, queue).await?;
     let mut args = FieldTable::default();
     args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString(dlx.as_str().into()));
-    let q = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
-    channel.queue_declare(queue.into(), q, args).await?;
+    durable_queue(channel, queue, args).await?;
     for key in bindings {
-        channel
-            .queue_bind(
-                queue.into(),
-                exchange.into(),
-                (*key).into(),
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            )
-            .await?;
+        bind(channel, queue, exchange, key).await?;
     }
     Ok(Topology { queues: vec![queue.to_owned()], dead_letter_exchange: dlx, dead_letter_queue: dlq })
 }
@@ -82,7 +99,7 @@ pub async fn declare_partitions(
     base: &str,
     prefix: &str,
     partitions: u32,
-) -> Result<Topology, lapin::Error> {
+) -> Result<Topology, Error> {
     let (dlx, dlq) = declare_dead_letters(channel, base).await?;
     let mut queues = Vec::new();
     for n in 0..partitions {
@@ -90,18 +107,8 @@ pub async fn declare_partitions(
         let mut args = FieldTable::default();
         args.insert("x-single-active-consumer".into(), AMQPValue::Boolean(true));
         args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString(dlx.as_str().into()));
-        let q = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
-        channel.queue_declare(queue.as_str().into(), q, args).await?;
-        let key = format!("{prefix}{n}");
-        channel
-            .queue_bind(
-                queue.as_str().into(),
-                exchange.into(),
-                key.as_str().into(),
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            )
-            .await?;
+        durable_queue(channel, &queue, args).await?;
+        bind(channel, &queue, exchange, &format!("{prefix}{n}")).await?;
         queues.push(queue);
     }
     Ok(Topology { queues, dead_letter_exchange: dlx, dead_letter_queue: dlq })

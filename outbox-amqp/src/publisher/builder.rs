@@ -1,0 +1,81 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Mutex;
+
+use super::{AmqpPublisher, Inner, State};
+use crate::{Error, check_url};
+
+/// Builder of an [`AmqpPublisher`]. Its defaults are the `DEFAULT_*` constants of this type.
+#[derive(Debug, Clone)]
+pub struct AmqpPublisherBuilder {
+    pub(super) url: String,
+    pub(super) connection_name: String,
+    pub(super) connect_timeout: Duration,
+    pub(super) max_message_bytes: usize,
+}
+
+impl AmqpPublisherBuilder {
+    /// The connection name shown in RabbitMQ's management UI unless set.
+    pub const DEFAULT_CONNECTION_NAME: &'static str = "outbox-relay";
+    /// How long one connection attempt may take unless set.
+    pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+    /// The largest message body unless set: RabbitMQ's default `max_message_size`, 128 MiB.
+    pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 128 * 1024 * 1024;
+
+    pub(super) fn new(url: String) -> Self {
+        Self {
+            url,
+            connection_name: Self::DEFAULT_CONNECTION_NAME.to_owned(),
+            connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
+            max_message_bytes: Self::DEFAULT_MAX_MESSAGE_BYTES,
+        }
+    }
+
+    /// Sets the connection name shown in RabbitMQ's management UI. Defaults to `outbox-relay`.
+    #[must_use]
+    pub fn connection_name(mut self, name: impl Into<String>) -> Self {
+        self.connection_name = name.into();
+        self
+    }
+
+    /// Sets how long one connection attempt may take. Defaults to 5 s.
+    #[must_use]
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets the largest message body the broker accepts (its `max_message_size`); a larger event
+    /// is rejected without being sent, and quarantined. Defaults to 128 MiB, RabbitMQ's default.
+    #[must_use]
+    pub fn max_message_bytes(mut self, bytes: usize) -> Self {
+        self.max_message_bytes = bytes;
+        self
+    }
+
+    /// Builds the publisher after checking the URL, so that a malformed one fails at once instead
+    /// of on every connection attempt. It connects on first use (or on
+    /// [`Publisher::connect`](outbox_core::Publisher::connect)).
+    ///
+    /// # Errors
+    /// [`Error::InvalidUrl`] with a reason that does not quote the URL.
+    pub fn try_build(self) -> Result<AmqpPublisher, Error> {
+        check_url(&self.url)?;
+        Ok(self.build())
+    }
+
+    /// Builds the publisher. It connects on first use; a malformed URL shows as a failure to
+    /// connect (see [`AmqpPublisherBuilder::try_build`] to refuse it at once).
+    pub fn build(self) -> AmqpPublisher {
+        AmqpPublisher {
+            inner: Arc::new(Inner {
+                url: self.url,
+                connection_name: self.connection_name,
+                connect_timeout: self.connect_timeout,
+                max_message_bytes: self.max_message_bytes,
+                state: Mutex::new(State::default()),
+            }),
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! The consumer's side of the broker: a connection consuming some queues with a prefetch, the
+//! deliveries it yields, acked or requeued one by one.
+
+use std::time::Duration;
+
+use futures::stream::SelectAll;
+use futures::{FutureExt, StreamExt};
+use lapin::options::{BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions};
+use lapin::types::{FieldTable, ShortString};
+use lapin::{Channel, Connection, Consumer};
+use outbox_core::wire::WireMessage;
+
+use crate::{DeadLetters, Error, connect};
+
+/// How long opening a subscription's connection may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A message received from a queue, to be acked or requeued once handled.
+#[derive(Debug)]
+pub struct Delivery {
+    pub(crate) inner: lapin::message::Delivery,
+}
+
+impl Delivery {
+    /// The message in the neutral form of the wire contract (the body is copied).
+    pub fn message(&self) -> WireMessage {
+        crate::to_wire(&self.inner.properties, &self.inner.data)
+    }
+
+    /// The routing key it was published with.
+    pub fn routing_key(&self) -> &str {
+        self.inner.routing_key.as_str()
+    }
+
+    /// The `message_id` property (the event id under the wire contract), if any.
+    pub fn message_id(&self) -> Option<&str> {
+        self.inner.properties.message_id().as_ref().map(ShortString::as_str)
+    }
+
+    /// Acknowledges the delivery: the broker forgets it.
+    ///
+    /// # Errors
+    /// The channel's failure (the broker then delivers it again).
+    pub async fn ack(&self) -> Result<(), Error> {
+        self.inner.ack(BasicAckOptions::default()).await?;
+        Ok(())
+    }
+
+    /// Gives the delivery back to its queue, to be delivered again.
+    ///
+    /// # Errors
+    /// The channel's failure (the broker then delivers it again anyway).
+    pub async fn requeue(&self) -> Result<(), Error> {
+        self.inner.nack(BasicNackOptions { requeue: true, ..BasicNackOptions::default() }).await?;
+        Ok(())
+    }
+}
+
+/// One connection consuming `queues` with at most `prefetch` unacknowledged deliveries, and a
+/// confirm channel for dead letters.
+pub struct Subscription {
+    connection: Connection,
+    channel: Channel,
+    streams: SelectAll<Consumer>,
+    tags: Vec<ShortString>,
+    dead_letters: DeadLetters,
+}
+
+impl std::fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscription").field("consumers", &self.tags.len()).finish_non_exhaustive()
+    }
+}
+
+impl Subscription {
+    /// Connects to `url` (named `connection_name` in the management UI), sets the prefetch and
+    /// starts consuming every queue; dead letters go to `dead_letter_exchange`.
+    ///
+    /// # Errors
+    /// An invalid URL, or the broker's failure or refusal (for example a queue that does not exist).
+    pub async fn open(
+        url: &str,
+        connection_name: &str,
+        prefetch: u16,
+        queues: &[String],
+        dead_letter_exchange: &str,
+    ) -> Result<Self, Error> {
+        let connection = connect(url, connection_name, CONNECT_TIMEOUT).await?;
+        let channel = connection.create_channel().await?;
+        channel.basic_qos(prefetch, BasicQosOptions::default()).await?;
+        let dead_letters = DeadLetters::open(&connection, dead_letter_exchange).await?;
+        let mut streams = SelectAll::new();
+        let mut tags = Vec::new();
+        for queue in queues {
+            let options = BasicConsumeOptions::default();
+            let consumer =
+                channel.basic_consume(queue.as_str().into(), "".into(), options, FieldTable::default()).await?;
+            tags.push(consumer.tag());
+            streams.push(consumer);
+        }
+        Ok(Self { connection, channel, streams, tags, dead_letters })
+    }
+
+    /// The next delivery; `None` when the broker ended every consumer.
+    pub async fn next(&mut self) -> Option<Result<Delivery, Error>> {
+        Some(self.streams.next().await?.map(|inner| Delivery { inner }).map_err(Error::from))
+    }
+
+    /// Moves the deliveries already received into `batch`, up to `max` in all, without waiting.
+    ///
+    /// # Errors
+    /// The stream's failure, or `None` inside `Err` when it ended: the deliveries taken so far
+    /// are still to be handled; the subscription is done.
+    pub fn take_ready(&mut self, batch: &mut Vec<Delivery>, max: usize) -> Result<(), Option<Error>> {
+        while batch.len() < max {
+            match self.streams.next().now_or_never() {
+                Some(Some(Ok(inner))) => batch.push(Delivery { inner }),
+                Some(Some(Err(e))) => return Err(Some(e.into())),
+                Some(None) => return Err(None),
+                None => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// Where this subscription's dead letters go.
+    pub fn dead_letters(&self) -> DeadLetters {
+        self.dead_letters.clone()
+    }
+
+    /// Stops taking deliveries; those in hand can still be acked.
+    pub async fn cancel(&self) {
+        for tag in &self.tags {
+            let _ = self.channel.basic_cancel(tag.clone(), BasicCancelOptions::default()).await;
+        }
+    }
+
+    /// Closes the channel and the connection; deliveries not acked come back to their queues.
+    pub async fn close(self) {
+        let _ = self.channel.close(200, "shutdown".into()).await;
+        let _ = self.connection.close(200, "shutdown".into()).await;
+    }
+}

@@ -1,0 +1,251 @@
+//! What happens to deliveries taken together: decoded, applied in batches of distinct ids and
+//! entities (one at a time when a batch fails), then each acked, requeued or dead-lettered.
+
+use std::collections::HashSet;
+use std::time::{Duration, SystemTime};
+
+use outbox_amqp::{DeadLetters, Delivery};
+use outbox_core::{Event, EventId, FailureKind, RetryDecision};
+use tower::Service;
+
+use super::Shared;
+use super::handle::Counters;
+use crate::{Error, InboxRequest, Result, decode_delivery};
+
+/// What to do with a delivery once its event was handled.
+enum Verdict {
+    Ack,
+    Requeue(Duration),
+    DeadLetter { reason: &'static str, detail: String },
+}
+
+/// Splits events (with their delivery index) into groups without a repeated event id or entity,
+/// in delivery order: each event joins the first group after the last one that holds its id or
+/// its entity, so the events of one entity keep their order from group to group.
+fn distinct_groups(events: Vec<(usize, Event)>) -> Vec<Vec<(usize, Event)>> {
+    #[derive(Default)]
+    struct Group {
+        ids: HashSet<EventId>,
+        keys: HashSet<String>,
+        members: Vec<(usize, Event)>,
+    }
+    let mut groups: Vec<Group> = Vec::new();
+    for (i, event) in events {
+        let key = event.entity.as_ref().map(|e| e.key.clone());
+        let after = groups
+            .iter()
+            .rposition(|g| g.ids.contains(&event.id) || key.as_ref().is_some_and(|k| g.keys.contains(k)))
+            .map_or(0, |g| g + 1);
+        if after == groups.len() {
+            groups.push(Group::default());
+        }
+        let group = &mut groups[after];
+        group.ids.insert(event.id);
+        group.keys.extend(key);
+        group.members.push((i, event));
+    }
+    groups.into_iter().map(|g| g.members).collect()
+}
+
+fn queue_of(queues: &[String], delivery: &Delivery) -> String {
+    // The routing key does not name the queue; with one queue it is that one, with partitions the
+    // dead letter names the partition routing key instead.
+    if queues.len() == 1 { queues[0].clone() } else { delivery.routing_key().to_owned() }
+}
+
+impl<S> Shared<S>
+where
+    S: Service<InboxRequest, Response = InboxRequest> + Clone + Send + Sync + 'static,
+    S::Error: Into<tower::BoxError>,
+    S::Future: Send,
+{
+    /// Handles deliveries taken together: those that decode are applied in batches of distinct
+    /// event ids and entities ([`InboxService::call_batch`](crate::InboxService::call_batch), in
+    /// delivery order; a delivery that repeats an id or an entity goes to a later batch), each
+    /// batch that fails is applied one delivery at a time, and then every delivery is acked,
+    /// requeued or dead-lettered.
+    pub(super) async fn handle_batch(&self, deliveries: Vec<Delivery>, dead_letters: &DeadLetters) -> Result<()> {
+        let mut verdicts: Vec<Option<Verdict>> = deliveries.iter().map(|_| None).collect();
+        let mut events = Vec::new();
+        for (i, delivery) in deliveries.iter().enumerate() {
+            match decode_delivery(delivery.message(), &self.settings.limits) {
+                Err(e) => {
+                    tracing::warn!(reason = e.code(), detail = %e, "inbox.bad_delivery");
+                    metrics::counter!("inbox_bad_deliveries_total", "reason" => e.code()).increment(1);
+                    verdicts[i] = Some(Verdict::DeadLetter { reason: e.code(), detail: e.to_string() });
+                }
+                Ok(event) => events.push((i, event)),
+            }
+        }
+        for group in distinct_groups(events) {
+            self.apply_group(group, &mut verdicts).await?;
+        }
+        let finishing = deliveries.into_iter().zip(verdicts).map(|(delivery, verdict)| async move {
+            match verdict {
+                Some(verdict) => self.finish(delivery, verdict, dead_letters).await,
+                None => Ok(()),
+            }
+        });
+        futures::future::try_join_all(finishing).await?;
+        Ok(())
+    }
+
+    /// Applies a group in one transaction, or, if that fails, one event at a time.
+    async fn apply_group(&self, group: Vec<(usize, Event)>, verdicts: &mut [Option<Verdict>]) -> Result<()> {
+        if group.len() > 1 {
+            let batch = group.iter().map(|(_, e)| e.clone()).collect();
+            match self.service.call_batch(batch).await {
+                Ok(outcomes) => {
+                    for ((i, event), outcome) in group.iter().zip(outcomes) {
+                        self.forget(event.id);
+                        self.counters.count(outcome);
+                        verdicts[*i] = Some(Verdict::Ack);
+                    }
+                    return Ok(());
+                }
+                Err(e) => tracing::debug!(error = %e, size = group.len(), "inbox.batch_failed; one at a time"),
+            }
+        }
+        for (i, event) in group {
+            verdicts[i] = Some(self.apply(event).await?);
+        }
+        Ok(())
+    }
+
+    /// Acks, requeues or dead-letters a delivery as its verdict says.
+    async fn finish(&self, delivery: Delivery, verdict: Verdict, dead_letters: &DeadLetters) -> Result<()> {
+        match verdict {
+            Verdict::Ack => {
+                #[cfg(feature = "fail-points")]
+                if self.settings.crash_at == Some(super::CrashPoint::AfterCommitBeforeAck) {
+                    self.crashed.store(true, std::sync::atomic::Ordering::SeqCst);
+                    tracing::warn!("crash point reached: the runner stops before acking");
+                    return Err(Error::Crashed);
+                }
+                let _ = delivery.ack().await;
+            }
+            Verdict::Requeue(delay) => {
+                tokio::time::sleep(delay).await;
+                let _ = delivery.requeue().await;
+            }
+            Verdict::DeadLetter { reason, detail } => self.dead_letter(delivery, dead_letters, reason, &detail).await,
+        }
+        Ok(())
+    }
+
+    async fn apply(&self, event: Event) -> Result<Verdict> {
+        let id = event.id;
+        let mut service = self.service.clone();
+        let copy = event.clone();
+        match service.call(event).await {
+            Ok(outcome) => {
+                self.forget(id);
+                self.counters.count(outcome);
+                Ok(Verdict::Ack)
+            }
+            Err(e) if e.is_retryable() => self.retry_or_give_up(&copy, &e).await,
+            Err(e) => {
+                self.forget(id);
+                Ok(Verdict::DeadLetter { reason: "handler_failed", detail: e.to_string() })
+            }
+        }
+    }
+
+    /// A transient failure: requeued after the policy's delay, or, out of attempts, recorded as
+    /// failed (so the entity's later events wait for an operator) and dead-lettered.
+    async fn retry_or_give_up(&self, event: &Event, e: &Error) -> Result<Verdict> {
+        let (id, attempts) = (event.id, self.bump(event.id));
+        // Only attempts bound a delivery's retries: an old event (a backlog) is no reason to give
+        // up, so its age is not given to the policy.
+        let now = SystemTime::now();
+        match self.settings.retry.decide(attempts, now, now, FailureKind::Transient) {
+            RetryDecision::RetryAt(at) => {
+                let delay = at.duration_since(SystemTime::now()).unwrap_or_default();
+                tracing::info!(event_id = %id, attempts, delay_ms = delay.as_millis() as u64, error = %e, "inbox.retry");
+                Counters::bump(&self.counters.retried);
+                Ok(Verdict::Requeue(delay))
+            }
+            RetryDecision::Quarantine(reason) => {
+                self.forget(id);
+                self.service.record_failed(event, e).await?;
+                Ok(Verdict::DeadLetter { reason: "attempts_exhausted", detail: format!("{e}; {reason}") })
+            }
+        }
+    }
+
+    fn bump(&self, id: EventId) -> u32 {
+        let mut map = self.attempts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = map.entry(id).or_insert(0);
+        *n += 1;
+        *n
+    }
+
+    fn forget(&self, id: EventId) {
+        self.attempts.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&id);
+    }
+
+    /// Publishes the delivery to the dead-letter exchange and acks it; if that fails, requeues it
+    /// after a second.
+    async fn dead_letter(&self, delivery: Delivery, dead_letters: &DeadLetters, reason: &'static str, detail: &str) {
+        let queue = queue_of(&self.settings.queues, &delivery);
+        match dead_letters.publish(&delivery, &queue, reason, detail).await {
+            Ok(()) => {
+                metrics::counter!("inbox_dead_letters_total", "reason" => reason).increment(1);
+                Counters::bump(&self.counters.dead_lettered);
+                tracing::warn!(reason, queue, message_id = ?delivery.message_id(), "inbox.dead_lettered");
+                let _ = delivery.ack().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not dead-letter; the delivery is requeued");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let _ = delivery.requeue().await;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::SystemTime;
+
+    use outbox_core::{Entity, Headers, Payload};
+
+    use super::*;
+
+    fn event(id: u128, entity: Option<(&str, u64)>) -> Event {
+        Event {
+            id: EventId::from_uuid(uuid::Uuid::from_u128(id)),
+            event_type: "t".to_owned(),
+            event_version: 1,
+            entity: entity.map(|(key, seq)| Entity { key: key.to_owned(), seq }),
+            payload: Payload::new(b"{}".to_vec(), "application/json"),
+            correlation_id: None,
+            causation_id: None,
+            traceparent: None,
+            headers: Headers::new(),
+            created_at: SystemTime::UNIX_EPOCH,
+        }
+    }
+
+    fn shape(groups: &[Vec<(usize, Event)>]) -> Vec<Vec<usize>> {
+        groups.iter().map(|g| g.iter().map(|(i, _)| *i).collect()).collect()
+    }
+
+    #[test]
+    fn groups_never_repeat_an_id_or_an_entity_and_keep_each_entitys_order() {
+        let events = vec![
+            (0, event(1, Some(("a", 1)))),
+            (1, event(2, Some(("b", 1)))),
+            (2, event(3, Some(("a", 2)))),
+            (3, event(4, None)),
+            (4, event(4, None)),
+            (5, event(5, Some(("c", 1)))),
+            (6, event(6, Some(("a", 3)))),
+            (7, event(7, Some(("b", 2)))),
+        ];
+        // a2 after a1, a3 after a2; the repeated id 4 goes after its first delivery; c joins the
+        // first group; b2 follows b1 in the second group.
+        assert_eq!(shape(&distinct_groups(events)), [vec![0, 1, 3, 5], vec![2, 4, 7], vec![6]]);
+        assert!(distinct_groups(Vec::new()).is_empty());
+    }
+}

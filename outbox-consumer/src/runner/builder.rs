@@ -1,0 +1,210 @@
+//! The runner's settings and their defaults; the crash points of failure tests.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use outbox_core::RetryPolicy;
+
+use super::{InboxRunner, Shared};
+use crate::{DeliveryLimits, Error, InboxService, Result};
+
+/// Points where a runner can be made to stop as if its process died, for failure tests. Only with
+/// the `fail-points` feature.
+#[cfg(feature = "fail-points")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CrashPoint {
+    /// The handler's transaction committed; the delivery is not acked.
+    AfterCommitBeforeAck,
+}
+
+/// Settings of an [`InboxRunner`]; every one has a documented default in [`InboxRunnerBuilder`].
+#[derive(Debug, Clone)]
+pub(super) struct Settings {
+    pub(super) url: String,
+    pub(super) connection_name: String,
+    pub(super) queues: Vec<String>,
+    pub(super) dead_letter_exchange: String,
+    pub(super) prefetch: u16,
+    pub(super) concurrency: usize,
+    pub(super) batch_size: usize,
+    pub(super) retry: RetryPolicy,
+    pub(super) limits: DeliveryLimits,
+    pub(super) sweep_interval: Duration,
+    pub(super) shutdown_deadline: Duration,
+    #[cfg(feature = "fail-points")]
+    pub(super) crash_at: Option<CrashPoint>,
+}
+
+/// Builder of an [`InboxRunner`]. Its defaults are the `DEFAULT_*` constants of this type.
+pub struct InboxRunnerBuilder<S> {
+    service: InboxService<S>,
+    settings: Settings,
+}
+
+impl<S> std::fmt::Debug for InboxRunnerBuilder<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InboxRunnerBuilder").field("settings", &self.settings).finish_non_exhaustive()
+    }
+}
+
+impl<S> InboxRunnerBuilder<S> {
+    /// The connection name shown in RabbitMQ's management UI unless set.
+    pub const DEFAULT_CONNECTION_NAME: &'static str = "outbox-inbox";
+    /// Unacked deliveries the broker may send ahead unless set.
+    pub const DEFAULT_PREFETCH: u16 = 64;
+    /// Transactions handled at once unless set.
+    pub const DEFAULT_CONCURRENCY: usize = 8;
+    /// Deliveries sharing one transaction at most unless set.
+    pub const DEFAULT_BATCH_SIZE: usize = 16;
+    /// How often parked events are swept unless set.
+    pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(5);
+    /// How long a graceful shutdown waits for deliveries in hand unless set.
+    pub const DEFAULT_SHUTDOWN_DEADLINE: Duration = Duration::from_secs(10);
+
+    /// The retry policy for transient handler failures unless set: 200 ms doubling to 10 s, 8
+    /// attempts.
+    pub fn default_retry_policy() -> RetryPolicy {
+        RetryPolicy::default()
+            .initial_delay(Duration::from_millis(200))
+            .max_delay(Duration::from_secs(10))
+            .max_attempts(8)
+    }
+
+    pub(super) fn new(url: String, service: InboxService<S>) -> Self {
+        let settings = Settings {
+            url,
+            connection_name: Self::DEFAULT_CONNECTION_NAME.to_owned(),
+            queues: Vec::new(),
+            dead_letter_exchange: String::new(),
+            prefetch: Self::DEFAULT_PREFETCH,
+            concurrency: Self::DEFAULT_CONCURRENCY,
+            batch_size: Self::DEFAULT_BATCH_SIZE,
+            retry: Self::default_retry_policy(),
+            limits: DeliveryLimits::default(),
+            sweep_interval: Self::DEFAULT_SWEEP_INTERVAL,
+            shutdown_deadline: Self::DEFAULT_SHUTDOWN_DEADLINE,
+            #[cfg(feature = "fail-points")]
+            crash_at: None,
+        };
+        Self { service, settings }
+    }
+
+    /// Sets the connection name shown in RabbitMQ's management UI. Defaults to `outbox-inbox`.
+    #[must_use]
+    pub fn connection_name(mut self, name: impl Into<String>) -> Self {
+        self.settings.connection_name = name.into();
+        self
+    }
+
+    /// Consumes `queue` (call again for more queues, for example every partition). Required.
+    #[must_use]
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.settings.queues.push(queue.into());
+        self
+    }
+
+    /// Consumes the queues of a [`Topology`](crate::Topology) and dead-letters to its exchange.
+    #[must_use]
+    pub fn topology(mut self, topology: &crate::Topology) -> Self {
+        self.settings.queues.extend(topology.queues.iter().cloned());
+        self.settings.dead_letter_exchange.clone_from(&topology.dead_letter_exchange);
+        self
+    }
+
+    /// Sets the exchange dead letters are published to. Defaults to `<first queue>.dlx`
+    /// (as declared by [`declare_queue`](crate::declare_queue)).
+    #[must_use]
+    pub fn dead_letter_exchange(mut self, exchange: impl Into<String>) -> Self {
+        self.settings.dead_letter_exchange = exchange.into();
+        self
+    }
+
+    /// Sets how many unacked deliveries the broker may send ahead. Defaults to 64.
+    #[must_use]
+    pub fn prefetch(mut self, n: u16) -> Self {
+        self.settings.prefetch = n.max(1);
+        self
+    }
+
+    /// Sets how many transactions (each a batch of deliveries, see
+    /// [`InboxRunnerBuilder::batch_size`]) are handled at once. Defaults to 8.
+    #[must_use]
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.settings.concurrency = n.max(1);
+        self
+    }
+
+    /// Sets how many deliveries at most share one transaction. The runner takes what the broker
+    /// has already sent, without waiting for more: deliveries with distinct event ids and entities
+    /// are handled together by [`InboxService::call_batch`] and acked after its one commit; if any
+    /// of them fails, the batch is rolled back and each is handled on its own, as with a batch
+    /// size of 1. Defaults to 16.
+    #[must_use]
+    pub fn batch_size(mut self, n: usize) -> Self {
+        self.settings.batch_size = n.max(1);
+        self
+    }
+
+    /// Sets the backoff and the limit for transient handler failures: a failed delivery is
+    /// redelivered after the policy's delay; when the policy gives up it is dead-lettered (and an
+    /// ordered event holds its entity back like a permanent failure). Defaults to 200 ms doubling to
+    /// 10 s, 8 attempts.
+    #[must_use]
+    pub fn retry_policy(mut self, policy: RetryPolicy) -> Self {
+        self.settings.retry = policy;
+        self
+    }
+
+    /// Sets what deliveries are accepted. Defaults to [`DeliveryLimits::default`].
+    #[must_use]
+    pub fn limits(mut self, limits: DeliveryLimits) -> Self {
+        self.settings.limits = limits;
+        self
+    }
+
+    /// Sets how often parked events whose gap has filled are swept (a safety net: they are normally
+    /// applied right after their predecessor). Defaults to 5 s.
+    #[must_use]
+    pub fn sweep_interval(mut self, interval: Duration) -> Self {
+        self.settings.sweep_interval = interval;
+        self
+    }
+
+    /// Sets how long a graceful shutdown waits for deliveries in hand. Defaults to 10 s.
+    #[must_use]
+    pub fn shutdown_deadline(mut self, deadline: Duration) -> Self {
+        self.settings.shutdown_deadline = deadline;
+        self
+    }
+
+    /// Arms a crash point: the runner stops there as if its process died. For failure tests.
+    #[cfg(feature = "fail-points")]
+    #[must_use]
+    pub fn crash_at(mut self, point: CrashPoint) -> Self {
+        self.settings.crash_at = Some(point);
+        self
+    }
+
+    /// Builds the runner.
+    ///
+    /// # Errors
+    /// [`Error::Config`] if no queue was given.
+    pub fn build(self) -> Result<InboxRunner<S>> {
+        let mut settings = self.settings;
+        let first = settings.queues.first().ok_or(Error::Config("no queue to consume"))?;
+        if settings.dead_letter_exchange.is_empty() {
+            settings.dead_letter_exchange = format!("{first}.dlx");
+        }
+        Ok(InboxRunner {
+            shared: Arc::new(Shared {
+                settings,
+                service: self.service,
+                attempts: Mutex::new(HashMap::new()),
+                counters: Arc::default(),
+                crashed: std::sync::atomic::AtomicBool::new(false),
+            }),
+        })
+    }
+}
