@@ -160,7 +160,7 @@ async fn bench(db: &TestDb, broker: &TestBroker, plan: Plan) -> Result<(), BoxEr
          -> durable queue with a dead-letter exchange; prefetch {PREFETCH} for both consumers",
         plan.events,
         plan.entities,
-        event(1)?.payload().bytes().len()
+        event(1)?.event_payload().bytes().len()
     ));
     comment(format_args!(
         "consumer: raw = one lapin consumer, no decoding, one basic.ack per message (up to {PREFETCH} in \

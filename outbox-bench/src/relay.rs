@@ -223,7 +223,7 @@ async fn bench(broker: &TestBroker, plan: Plan) -> Result<(), BoxError> {
     comment(format_args!(
         "relay: payload {} bytes, durable topic exchange -> one durable queue (#), persistent, mandatory; \
          one auto-ack consumer attached in every phase",
-        event(1)?.payload().bytes().len()
+        event(1)?.event_payload().bytes().len()
     ));
 
     if phase("drain") {

@@ -18,6 +18,7 @@ use crate::Result;
 
 /// An entity whose next event has not arrived while later ones wait, parked.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Gap {
     /// The entity.
     pub entity_key: String,
@@ -33,6 +34,7 @@ pub struct Gap {
 
 /// An event whose handler failed for good; its entity's later events wait behind it.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct FailedEvent {
     /// The event id.
     pub event_id: uuid::Uuid,

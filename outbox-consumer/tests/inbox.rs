@@ -6,27 +6,20 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use outbox_consumer::{Error, HandlerError, InboxLayer, InboxRequest, Outcome};
-use outbox_core::{Entity, Event, EventId, Headers, Payload};
+use outbox_core::{Event, NewEvent};
 use outbox_testkit::TestDb;
 use sqlx::PgPool;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
 fn event(entity: Option<(&str, u64)>, amount: i64) -> Event {
-    Event {
-        id: EventId::new(),
-        event_type: "order.changed".to_owned(),
-        event_version: 1,
-        entity: entity.map(|(k, s)| Entity { key: k.to_owned(), seq: s }),
-        payload: Payload::new(
-            serde_json::to_vec(&serde_json::json!({ "amount": amount })).expect("json"),
-            "application/json",
-        ),
-        correlation_id: Some("corr".to_owned()),
-        causation_id: None,
-        traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".to_owned()),
-        headers: Headers::new(),
-        created_at: SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123),
+    let mut event = NewEvent::json("order.changed", &serde_json::json!({ "amount": amount }))
+        .expect("json")
+        .correlation_id("corr")
+        .traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+    if let Some((key, _)) = entity {
+        event = event.entity(key);
     }
+    event.into_event(entity.map(|(_, seq)| seq), SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123))
 }
 
 async fn effects_table(pool: &PgPool) {

@@ -12,7 +12,7 @@ use lapin::{BasicProperties, ExchangeKind};
 use outbox_consumer::{
     HandlerError, InboxLayer, InboxRequest, InboxRunner, InboxRunnerBuilder, InboxService, Topology,
 };
-use outbox_core::{Entity, Event, EventId, Headers, Payload, RetryPolicy};
+use outbox_core::{Event, EventId, NewEvent, RetryPolicy};
 use outbox_testkit::{TestBroker, TestDb, wait_for};
 use sqlx::PgPool;
 use tower::Layer;
@@ -22,21 +22,10 @@ type Handler = tower::util::ServiceFn<
 >;
 
 fn event(entity: &str, seq: u64) -> Event {
-    Event {
-        id: EventId::new(),
-        event_type: "order.changed".to_owned(),
-        event_version: 1,
-        entity: Some(Entity { key: entity.to_owned(), seq }),
-        payload: Payload::new(
-            serde_json::to_vec(&serde_json::json!({ "seq": seq })).expect("json"),
-            "application/json",
-        ),
-        correlation_id: None,
-        causation_id: None,
-        traceparent: None,
-        headers: Headers::new(),
-        created_at: SystemTime::now(),
-    }
+    NewEvent::json("order.changed", &serde_json::json!({ "seq": seq }))
+        .expect("json")
+        .entity(entity)
+        .into_event(Some(seq), SystemTime::now())
 }
 
 async fn effects_table(pool: &PgPool) {

@@ -117,6 +117,11 @@ pub struct Entity {
 /// Nothing is checked while building; [`NewEvent::validate`] (called by the producer's `enqueue`
 /// before any SQL) checks everything and returns a typed [`EventError`].
 ///
+/// Each setter has a getter of the same name with `event_` in front: `id` / `event_id`,
+/// `version` / `event_version`, `entity` / `event_entity`, `correlation_id` /
+/// `event_correlation_id`, `causation_id` / `event_causation_id`, `traceparent` /
+/// `event_traceparent`, `header` / `event_headers`; and `event_type`, `event_payload`.
+///
 /// ```
 /// use outbox_core::{NewEvent, Payload};
 ///
@@ -127,7 +132,7 @@ pub struct Entity {
 ///     .header("tenant", "acme");
 /// let raw = NewEvent::new("image.resized", Payload::new(vec![1, 2, 3], "application/octet-stream"));
 /// assert_eq!(json.event_version(), 2);
-/// assert!(raw.entity_key().is_none());
+/// assert!(raw.event_entity().is_none());
 /// # Ok::<(), outbox_core::EventError>(())
 /// ```
 #[derive(Clone, PartialEq)]
@@ -239,27 +244,27 @@ impl NewEvent {
         self.event_version
     }
     /// The entity key, if the event is ordered.
-    pub fn entity_key(&self) -> Option<&str> {
+    pub fn event_entity(&self) -> Option<&str> {
         self.entity_key.as_deref()
     }
     /// The payload.
-    pub fn payload(&self) -> &Payload {
+    pub fn event_payload(&self) -> &Payload {
         &self.payload
     }
     /// The correlation id.
-    pub fn correlation(&self) -> Option<&str> {
+    pub fn event_correlation_id(&self) -> Option<&str> {
         self.correlation_id.as_deref()
     }
     /// The causation id.
-    pub fn causation(&self) -> Option<&str> {
+    pub fn event_causation_id(&self) -> Option<&str> {
         self.causation_id.as_deref()
     }
     /// The trace context.
-    pub fn trace_context(&self) -> Option<&str> {
+    pub fn event_traceparent(&self) -> Option<&str> {
         self.traceparent.as_deref()
     }
     /// The extra headers.
-    pub fn headers(&self) -> &Headers {
+    pub fn event_headers(&self) -> &Headers {
         &self.headers
     }
 
@@ -329,6 +334,7 @@ impl fmt::Debug for NewEvent {
 /// An event as stored in the outbox and as carried on the wire: what the relay publishes and what
 /// a consumer's handler receives. Its `Debug` never shows the payload bytes or header values.
 #[derive(Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Event {
     /// The event id, the same on every attempt.
     pub id: EventId,
@@ -350,6 +356,26 @@ pub struct Event {
     pub headers: Headers,
     /// When the event was created (the enqueuing transaction's time), millisecond precision on the wire.
     pub created_at: SystemTime,
+}
+
+impl Event {
+    /// An event as read back from storage or from the wire: version 1, unordered, without
+    /// correlation, causation, trace context or extra headers. Set the other public fields after
+    /// (producers build events with [`NewEvent`] instead).
+    pub fn new(id: EventId, event_type: impl Into<String>, payload: Payload, created_at: SystemTime) -> Self {
+        Self {
+            id,
+            event_type: event_type.into(),
+            event_version: 1,
+            entity: None,
+            payload,
+            correlation_id: None,
+            causation_id: None,
+            traceparent: None,
+            headers: Headers::new(),
+            created_at,
+        }
+    }
 }
 
 impl fmt::Debug for Event {

@@ -29,18 +29,8 @@ fn secret_body() -> Vec<u8> {
 }
 
 fn unordered_event() -> Event {
-    Event {
-        id: EventId::new(),
-        event_type: "image.resized".to_owned(),
-        event_version: 1,
-        entity: None,
-        payload: Payload::new(vec![0, 1, 2, 255], "application/octet-stream"),
-        correlation_id: None,
-        causation_id: None,
-        traceparent: None,
-        headers: Headers::new(),
-        created_at: at_ms(CREATED_MS),
-    }
+    let payload = Payload::new(vec![0, 1, 2, 255], "application/octet-stream");
+    Event::new(EventId::new(), "image.resized", payload, at_ms(CREATED_MS))
 }
 
 fn ordered_event() -> Event {
@@ -48,18 +38,15 @@ fn ordered_event() -> Event {
     headers.insert("tenant".to_owned(), HeaderValue::from("acme"));
     headers.insert("priority".to_owned(), HeaderValue::from(5));
     headers.insert("urgent".to_owned(), HeaderValue::from(true));
-    Event {
-        id: EventId::new(),
-        event_type: "order.placed".to_owned(),
-        event_version: 3,
-        entity: Some(Entity { key: "order-42".to_owned(), seq: 7 }),
-        payload: Payload::new(secret_body(), CONTENT_TYPE_JSON),
-        correlation_id: Some("req-7f3a".to_owned()),
-        causation_id: Some("cmd-1".to_owned()),
-        traceparent: Some(TRACEPARENT.to_owned()),
-        headers,
-        created_at: at_ms(CREATED_MS),
-    }
+    let payload = Payload::new(secret_body(), CONTENT_TYPE_JSON);
+    let mut event = Event::new(EventId::new(), "order.placed", payload, at_ms(CREATED_MS));
+    event.event_version = 3;
+    event.entity = Some(Entity { key: "order-42".to_owned(), seq: 7 });
+    event.correlation_id = Some("req-7f3a".to_owned());
+    event.causation_id = Some("cmd-1".to_owned());
+    event.traceparent = Some(TRACEPARENT.to_owned());
+    event.headers = headers;
+    event
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -99,14 +86,9 @@ fn ordered_event_with_every_field_round_trips() {
 
 #[test]
 fn event_at_the_limits_round_trips() {
-    let event = Event {
-        event_type: "t".repeat(255),
-        event_version: u32::MAX,
-        entity: Some(Entity { key: "k".repeat(255), seq: i64::MAX as u64 }),
-        payload: Payload::new(Vec::new(), "text/plain"),
-        created_at: at_ms(-1),
-        ..unordered_event()
-    };
+    let mut event = Event::new(EventId::new(), "t".repeat(255), Payload::new(Vec::new(), "text/plain"), at_ms(-1));
+    event.event_version = u32::MAX;
+    event.entity = Some(Entity { key: "k".repeat(255), seq: i64::MAX as u64 });
     assert_eq!(wire::decode(wire::encode(&event, None)), Ok(event));
 }
 
@@ -486,18 +468,15 @@ prop_compose! {
         headers in btree_map(arb_header_name(), arb_producer_value(), 0..8),
         created_ms in arb_created_ms(),
     ) -> Event {
-        Event {
-            id: EventId::from_uuid(Uuid::from_u128(id)),
-            event_type,
-            event_version,
-            entity,
-            payload: Payload::new(body, content_type),
-            correlation_id,
-            causation_id,
-            traceparent,
-            headers,
-            created_at: at_ms(created_ms),
-        }
+        let payload = Payload::new(body, content_type);
+        let mut event = Event::new(EventId::from_uuid(Uuid::from_u128(id)), event_type, payload, at_ms(created_ms));
+        event.event_version = event_version;
+        event.entity = entity;
+        event.correlation_id = correlation_id;
+        event.causation_id = causation_id;
+        event.traceparent = traceparent;
+        event.headers = headers;
+        event
     }
 }
 

@@ -26,6 +26,7 @@ pub use crate::stats::{Stats, stats};
 
 /// A quarantined event, as an operator sees it (no payload).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct QuarantinedEvent {
     /// The event id.
     pub id: EventId,

@@ -144,7 +144,7 @@ impl Outbox {
     pub async fn enqueue(&self, conn: &mut PgConnection, event: NewEvent) -> Result<EventId> {
         event.validate(&self.limits)?;
         let id = event.event_id();
-        let query = match event.entity_key() {
+        let query = match event.event_entity() {
             Some(_) => sqlx::query(INSERT_ORDERED),
             None => sqlx::query(INSERT_UNORDERED),
         };
@@ -152,19 +152,19 @@ impl Outbox {
             .bind(id.as_uuid())
             .bind(event.event_type())
             .bind(version(&event))
-            .bind(event.payload().bytes())
-            .bind(event.payload().content_type())
-            .bind(headers_json(event.headers()))
-            .bind(event.correlation())
-            .bind(event.causation())
-            .bind(event.trace_context());
-        let query = match event.entity_key() {
+            .bind(event.event_payload().bytes())
+            .bind(event.event_payload().content_type())
+            .bind(headers_json(event.event_headers()))
+            .bind(event.event_correlation_id())
+            .bind(event.event_causation_id())
+            .bind(event.event_traceparent());
+        let query = match event.event_entity() {
             Some(key) => query.bind(key),
             None => query,
         };
         let done = query.execute(&mut *conn).await?;
         debug_assert_eq!(done.rows_affected(), 1);
-        tracing::debug!(event_id = %id, event_type = event.event_type(), entity = event.entity_key(), "outbox.enqueue");
+        tracing::debug!(event_id = %id, event_type = event.event_type(), entity = event.event_entity(), "outbox.enqueue");
         Ok(id)
     }
 
@@ -203,13 +203,13 @@ impl Outbox {
             ids.push(*event.event_id().as_uuid());
             types.push(event.event_type());
             versions.push(version(event));
-            payloads.push(event.payload().bytes());
-            content_types.push(event.payload().content_type());
-            headers.push(headers_json(event.headers()));
-            correlations.push(event.correlation());
-            causations.push(event.causation());
-            traces.push(event.trace_context());
-            entities.push(event.entity_key());
+            payloads.push(event.event_payload().bytes());
+            content_types.push(event.event_payload().content_type());
+            headers.push(headers_json(event.event_headers()));
+            correlations.push(event.event_correlation_id());
+            causations.push(event.event_causation_id());
+            traces.push(event.event_traceparent());
+            entities.push(event.event_entity());
         }
         let done = sqlx::query(INSERT_MANY)
             .bind(&ids)

@@ -216,18 +216,15 @@ fn decode_row(row: &sqlx::postgres::PgRow, id: Uuid) -> Result<Claimed> {
     };
     let created_at: DateTime<Utc> = row.try_get("created_at")?;
     let attempts: i32 = row.try_get("attempts")?;
-    let event = Event {
-        id: EventId::from_uuid(id),
-        event_type: row.try_get("event_type")?,
-        event_version: u32::try_from(version).map_err(|_| corrupt("event version out of range"))?,
-        entity,
-        payload: Payload::new(row.try_get::<Vec<u8>, _>("payload")?, row.try_get::<String, _>("content_type")?),
-        correlation_id: row.try_get("correlation_id")?,
-        causation_id: row.try_get("causation_id")?,
-        traceparent: row.try_get("traceparent")?,
-        headers: headers_from_json(id, row.try_get("headers")?)?,
-        created_at: SystemTime::from(created_at),
-    };
+    let payload = Payload::new(row.try_get::<Vec<u8>, _>("payload")?, row.try_get::<String, _>("content_type")?);
+    let event_type: String = row.try_get("event_type")?;
+    let mut event = Event::new(EventId::from_uuid(id), event_type, payload, SystemTime::from(created_at));
+    event.event_version = u32::try_from(version).map_err(|_| corrupt("event version out of range"))?;
+    event.entity = entity;
+    event.correlation_id = row.try_get("correlation_id")?;
+    event.causation_id = row.try_get("causation_id")?;
+    event.traceparent = row.try_get("traceparent")?;
+    event.headers = headers_from_json(id, row.try_get("headers")?)?;
     // Rows written by SQL rather than `enqueue` skip validation; these would not fit the message.
     let short = [Some(event.event_type.as_str()), Some(event.payload.content_type()), event.correlation_id.as_deref()];
     if short.into_iter().flatten().any(|s| s.len() > MAX_SHORT_STRING) {

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use outbox_core::{Entity, Event, EventId, Headers, NewEvent, Payload};
+use outbox_core::{Event, EventId, NewEvent, Payload};
 use outbox_producer::Outbox;
 use outbox_relay::{AmqpPublisher, Relay};
 use outbox_testkit::{Change, OrderViolation, Reconciliation, Recorder, TestBroker, TestDb};
@@ -28,18 +28,10 @@ async fn change(pool: &PgPool, order: i64) -> Uuid {
 
 /// The wire form of an outbox event, to publish by hand.
 fn wire(id: Uuid, entity: &str, seq: u64) -> Event {
-    Event {
-        id: EventId::from_uuid(id),
-        event_type: "order.changed".to_owned(),
-        event_version: 1,
-        entity: Some(Entity { key: entity.to_owned(), seq }),
-        payload: Payload::new(SECRET, "text/plain"),
-        correlation_id: None,
-        causation_id: None,
-        traceparent: None,
-        headers: Headers::new(),
-        created_at: SystemTime::now(),
-    }
+    NewEvent::new("order.changed", Payload::new(SECRET, "text/plain"))
+        .id(EventId::from_uuid(id))
+        .entity(entity)
+        .into_event(Some(seq), SystemTime::now())
 }
 
 async fn exec(pool: &PgPool, sql: &str, id: Uuid) {

@@ -5,7 +5,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime};
 
-use outbox_core::{Entity, Event, EventId, Headers, Payload};
+use outbox_core::{Event, NewEvent};
 use outbox_relay::{Partitioned, RoutingStrategy};
 use outbox_testkit::{TestBroker, TestDb, wait_for};
 use rand::seq::SliceRandom;
@@ -52,18 +52,10 @@ async fn three_processes_on_four_partitions_apply_every_change_once_in_order() {
             version[order as usize] += 1;
             let v = version[order as usize];
             let payload = serde_json::json!({ "order_id": order, "version": v, "status": "paid", "total_cents": 100 });
-            let event = Event {
-                id: EventId::new(),
-                event_type: "order.changed".to_owned(),
-                event_version: 1,
-                entity: Some(Entity { key: format!("order-{order}"), seq: v as u64 }),
-                payload: Payload::new(serde_json::to_vec(&payload).expect("json"), "application/json"),
-                correlation_id: None,
-                causation_id: None,
-                traceparent: None,
-                headers: Headers::new(),
-                created_at: SystemTime::now(),
-            };
+            let event = NewEvent::json("order.changed", &payload)
+                .expect("json")
+                .entity(format!("order-{order}"))
+                .into_event(Some(v as u64), SystemTime::now());
             (routing.routing_key(&event), event)
         })
         .collect();

@@ -210,24 +210,23 @@ fn event_from_row(row: &sqlx::postgres::PgRow) -> Result<Event> {
     };
     let version: Option<i64> = row.try_get("event_version")?;
     let created: Option<DateTime<Utc>> = row.try_get("created_at")?;
-    Ok(Event {
-        id: EventId::from_uuid(id),
-        event_type: row.try_get::<Option<String>, _>("event_type")?.ok_or_else(|| corrupt("no event type"))?,
-        event_version: version.and_then(|v| u32::try_from(v).ok()).ok_or_else(|| corrupt("event version"))?,
-        entity: match (key, seq) {
-            (Some(key), Some(seq)) => Some(Entity { key, seq: u64::try_from(seq).map_err(|_| corrupt("sequence"))? }),
-            _ => None,
-        },
-        payload: Payload::new(
-            row.try_get::<Option<Vec<u8>>, _>("payload")?.ok_or_else(|| corrupt("no payload"))?,
-            row.try_get::<Option<String>, _>("content_type")?.ok_or_else(|| corrupt("no content type"))?,
-        ),
-        correlation_id: row.try_get("correlation_id")?,
-        causation_id: row.try_get("causation_id")?,
-        traceparent,
-        headers,
-        created_at: created.map(SystemTime::from).ok_or_else(|| corrupt("no creation time"))?,
-    })
+    let event_type = row.try_get::<Option<String>, _>("event_type")?.ok_or_else(|| corrupt("no event type"))?;
+    let payload = Payload::new(
+        row.try_get::<Option<Vec<u8>>, _>("payload")?.ok_or_else(|| corrupt("no payload"))?,
+        row.try_get::<Option<String>, _>("content_type")?.ok_or_else(|| corrupt("no content type"))?,
+    );
+    let created_at = created.map(SystemTime::from).ok_or_else(|| corrupt("no creation time"))?;
+    let mut event = Event::new(EventId::from_uuid(id), event_type, payload, created_at);
+    event.event_version = version.and_then(|v| u32::try_from(v).ok()).ok_or_else(|| corrupt("event version"))?;
+    event.entity = match (key, seq) {
+        (Some(key), Some(seq)) => Some(Entity { key, seq: u64::try_from(seq).map_err(|_| corrupt("sequence"))? }),
+        _ => None,
+    };
+    event.correlation_id = row.try_get("correlation_id")?;
+    event.causation_id = row.try_get("causation_id")?;
+    event.traceparent = traceparent;
+    event.headers = headers;
+    Ok(event)
 }
 
 const STORED_COLUMNS: &str = "event_id, entity_key, seq, event_type, event_version, content_type, payload, headers, \

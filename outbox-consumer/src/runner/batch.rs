@@ -208,23 +208,15 @@ where
 mod tests {
     use std::time::SystemTime;
 
-    use outbox_core::{Entity, Headers, Payload};
+    use outbox_core::{Entity, Payload};
 
     use super::*;
 
     fn event(id: u128, entity: Option<(&str, u64)>) -> Event {
-        Event {
-            id: EventId::from_uuid(uuid::Uuid::from_u128(id)),
-            event_type: "t".to_owned(),
-            event_version: 1,
-            entity: entity.map(|(key, seq)| Entity { key: key.to_owned(), seq }),
-            payload: Payload::new(b"{}".to_vec(), "application/json"),
-            correlation_id: None,
-            causation_id: None,
-            traceparent: None,
-            headers: Headers::new(),
-            created_at: SystemTime::UNIX_EPOCH,
-        }
+        let payload = Payload::new(b"{}".to_vec(), "application/json");
+        let mut event = Event::new(EventId::from_uuid(uuid::Uuid::from_u128(id)), "t", payload, SystemTime::UNIX_EPOCH);
+        event.entity = entity.map(|(key, seq)| Entity { key: key.to_owned(), seq });
+        event
     }
 
     fn shape(groups: &[Vec<(usize, Event)>]) -> Vec<Vec<usize>> {

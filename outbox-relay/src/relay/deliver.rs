@@ -183,17 +183,11 @@ mod tests {
     /// A claimed row of `entity` at `seq`, or an unordered one.
     fn row(entity: Option<(&str, u64)>) -> store::Claimed {
         store::Claimed {
-            event: Event {
-                id: EventId::new(),
-                event_type: "order.placed".to_owned(),
-                event_version: 1,
-                entity: entity.map(|(key, seq)| Entity { key: key.to_owned(), seq }),
-                payload: Payload::new(b"{}".to_vec(), "application/json"),
-                correlation_id: None,
-                causation_id: None,
-                traceparent: None,
-                headers: Default::default(),
-                created_at: SystemTime::now(),
+            event: {
+                let payload = Payload::new(b"{}".to_vec(), "application/json");
+                let mut event = Event::new(EventId::new(), "order.placed", payload, SystemTime::now());
+                event.entity = entity.map(|(key, seq)| Entity { key: key.to_owned(), seq });
+                event
             },
             attempts: 1,
             tid: "(0,1)".to_owned(),

@@ -12,6 +12,7 @@ use crate::store;
 
 /// What one claim-publish-record round did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct BatchReport {
     /// Rows claimed.
     pub claimed: usize,
