@@ -627,9 +627,12 @@ pub(crate) async fn process(args: ProcessArgs) -> Result<(), BoxError> {
     init_child_logging();
     let pool = PgPoolOptions::new().max_connections(RELAY_CONNECTIONS).connect(&args.urls.database_url).await?;
     let publisher = AmqpPublisher::builder(args.urls.amqp_url).connection_name("outbox-bench-relay").build();
-    let relay =
-        experiment(Relay::builder(pool.clone(), publisher.clone()).exchange(args.exchange).declare_exchange(false))
-            .build()?;
+    let relay = experiment(
+        Relay::builder(pool.connect_options().as_ref().clone(), publisher.clone())
+            .exchange(args.exchange)
+            .declare_exchange(false),
+    )
+    .build()?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut stdin = stdin_lines();
     println!("{READY}");
@@ -678,7 +681,9 @@ impl InProcess {
             return Err(format!("cannot connect the relay's publisher: {} ({})", f.reason, f.kind).into());
         }
         let relay = experiment(
-            Relay::builder(pool.clone(), publisher.clone()).exchange(target.exchange).declare_exchange(false),
+            Relay::builder(pool.connect_options().as_ref().clone(), publisher.clone())
+                .exchange(target.exchange)
+                .declare_exchange(false),
         );
         let handle = match relay.build() {
             Ok(relay) => relay.spawn(),

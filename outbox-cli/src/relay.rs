@@ -40,15 +40,12 @@ async fn start_and_run(
     if !crate::broker::connect_patiently(publisher, &shutdown).await? {
         return Ok(());
     }
-    let pool = crate::connect::pool(db, connect_timeout);
-    let relay = relay(pool.clone(), publisher.clone(), args)?;
-    let outcome = relay.run(async move { shutdown.requested().await }).await;
-    pool.close().await;
-    Ok(outcome?)
+    let relay = relay(db, publisher.clone(), args)?;
+    Ok(relay.run(async move { shutdown.requested().await }).await?)
 }
 
-fn relay(pool: sqlx::PgPool, publisher: AmqpPublisher, args: RelayArgs) -> Result<Relay<AmqpPublisher>, CliError> {
-    let mut builder = Relay::builder(pool, publisher)
+fn relay(db: PgConnectOptions, publisher: AmqpPublisher, args: RelayArgs) -> Result<Relay<AmqpPublisher>, CliError> {
+    let mut builder = Relay::builder(db, publisher)
         .exchange(args.exchange)
         .exchange_kind(exchange_kind(args.exchange_kind))
         .declare_exchange(!args.no_declare_exchange)

@@ -74,15 +74,16 @@ async fn setup() -> (TestDb, TestBroker, String, Recorder) {
 }
 
 async fn drain_rest(db: &TestDb, exchange: &str, recorder: &Recorder, ids: &[uuid::Uuid]) {
-    let relay = Relay::builder(db.pool().clone(), AmqpPublisher::builder(outbox_testkit::amqp_url()).build())
-        .exchange(exchange)
-        .declare_exchange(false)
-        .lease(Duration::from_secs(2))
-        .confirm_timeout(Duration::from_secs(1))
-        .poll_interval(Duration::from_millis(200))
-        .build()
-        .expect("relay")
-        .spawn();
+    let relay =
+        Relay::builder(db.connect_options().clone(), AmqpPublisher::builder(outbox_testkit::amqp_url()).build())
+            .exchange(exchange)
+            .declare_exchange(false)
+            .lease(Duration::from_secs(2))
+            .confirm_timeout(Duration::from_secs(1))
+            .poll_interval(Duration::from_millis(200))
+            .build()
+            .expect("relay")
+            .spawn();
     if let Err(e) = wait_for("every event delivered", Duration::from_secs(120), || async {
         recorder.all_delivered(ids.iter().copied()).ok()
     })

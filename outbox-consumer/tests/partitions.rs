@@ -95,13 +95,16 @@ async fn end_to_end_10000_events_producer_table_equals_consumer_table() {
     let exchange = broker.declare_exchange("events", ExchangeKind::Topic).await.expect("exchange");
     let topology = partitions(&broker, &exchange).await;
 
-    let relay = Relay::builder(pool.clone(), AmqpPublisher::builder(outbox_testkit::amqp_url()).build())
-        .exchange(&exchange)
-        .declare_exchange(false)
-        .routing(Partitioned::new(PARTITIONS))
-        .build()
-        .expect("relay")
-        .spawn();
+    let relay = Relay::builder(
+        pool.connect_options().as_ref().clone(),
+        AmqpPublisher::builder(outbox_testkit::amqp_url()).build(),
+    )
+    .exchange(&exchange)
+    .declare_exchange(false)
+    .routing(Partitioned::new(PARTITIONS))
+    .build()
+    .expect("relay")
+    .spawn();
     let consumers: Vec<_> = (0..2).map(|_| runner(pool, &topology)).collect();
 
     // 8 writers, each 1,250 transactions: bump a random order's version and enqueue its event.

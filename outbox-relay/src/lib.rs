@@ -12,7 +12,8 @@
 //! let pool = sqlx::PgPool::connect("postgres://postgres@127.0.0.1/app").await?;
 //! outbox_producer::migrate(&pool).await?;
 //! let publisher = AmqpPublisher::builder("amqp://guest:guest@127.0.0.1:5672/%2f").try_build()?;
-//! let relay = Relay::builder(pool, publisher).exchange("orders").build()?.spawn();
+//! let database = pool.connect_options().as_ref().clone();
+//! let relay = Relay::builder(database, publisher).exchange("orders").build()?.spawn();
 //! // ... serve requests; every event committed with `Outbox::enqueue` is published ...
 //! relay.shutdown().await?; // stops claiming, awaits confirms, records them, releases the rest
 //! # Ok(()) }

@@ -75,8 +75,7 @@ async fn a_database_blip_stalls_nothing_and_publishes_nothing_twice() {
     let ids = fill(db.pool()).await;
     let proxy = ChaosProxy::start("127.0.0.1:5432".parse().expect("addr")).await.expect("proxy");
     let through_proxy = (*db.pool().connect_options()).clone().host("127.0.0.1").port(proxy.addr().port());
-    let relay_pool = sqlx::postgres::PgPoolOptions::new().connect_lazy_with(through_proxy);
-    let relay = Relay::builder(relay_pool, AmqpPublisher::builder(outbox_testkit::amqp_url()).build())
+    let relay = Relay::builder(through_proxy, AmqpPublisher::builder(outbox_testkit::amqp_url()).build())
         .exchange(&exchange)
         .declare_exchange(false)
         .batch_size(200)
@@ -130,7 +129,7 @@ async fn a_broker_outage_charges_no_event_and_delivery_resumes_at_once() {
         .initial_delay(Duration::from_millis(200))
         .max_attempts(3)
         .max_age(Duration::from_secs(3));
-    let relay = Relay::builder(db.pool().clone(), AmqpPublisher::builder(url).build())
+    let relay = Relay::builder(db.connect_options().clone(), AmqpPublisher::builder(url).build())
         .exchange(&exchange)
         .declare_exchange(false)
         .batch_size(200)
@@ -193,13 +192,14 @@ async fn a_channel_the_broker_closes_is_charged_to_the_events_not_taken_for_an_o
     outbox.enqueue_many(&mut *tx, events.collect::<Vec<_>>()).await.expect("enqueue");
     tx.commit().await.expect("commit");
     let policy = RetryPolicy::default().initial_delay(Duration::from_millis(50)).max_attempts(3);
-    let relay = Relay::builder(db.pool().clone(), AmqpPublisher::builder(outbox_testkit::amqp_url()).build())
-        .exchange(format!("missing-{}", outbox_testkit::unique_suffix()))
-        .declare_exchange(false)
-        .retry_policy(policy)
-        .build()
-        .expect("relay")
-        .spawn();
+    let relay =
+        Relay::builder(db.connect_options().clone(), AmqpPublisher::builder(outbox_testkit::amqp_url()).build())
+            .exchange(format!("missing-{}", outbox_testkit::unique_suffix()))
+            .declare_exchange(false)
+            .retry_policy(policy)
+            .build()
+            .expect("relay")
+            .spawn();
     wait_for("every event quarantined", Duration::from_secs(60), || async {
         (count(db.pool(), "SELECT count(*) FROM outbox_events WHERE status = 'quarantined'").await == 3).then_some(())
     })
@@ -224,7 +224,7 @@ async fn a_connection_the_broker_closes_is_not_charged_to_the_events() {
     let ids = fill(db.pool()).await;
     let name = format!("outage-test-{}", outbox_testkit::unique_suffix());
     let publisher = AmqpPublisher::builder(outbox_testkit::amqp_url()).connection_name(&name).build();
-    let relay = Relay::builder(db.pool().clone(), publisher)
+    let relay = Relay::builder(db.connect_options().clone(), publisher)
         .exchange(&exchange)
         .declare_exchange(false)
         .batch_size(200)

@@ -9,8 +9,7 @@ use std::process::ExitCode;
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::PgPool;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::PgConnectOptions;
 
 /// A configuration error: names the variable, never its value (URLs carry credentials).
 #[derive(Debug, thiserror::Error)]
@@ -42,11 +41,11 @@ pub(crate) fn init_logging() {
 }
 
 /// A lazily connecting pool on `DATABASE_URL` whose connections carry `name` as `application_name`.
-pub(crate) fn pool(name: &str, max_connections: u32) -> Result<PgPool, ConfigError> {
-    let options = PgConnectOptions::from_str(&required("DATABASE_URL")?)
+/// `DATABASE_URL`, with `name` as the application name.
+pub(crate) fn connect_options(name: &str) -> Result<PgConnectOptions, ConfigError> {
+    Ok(PgConnectOptions::from_str(&required("DATABASE_URL")?)
         .map_err(|_| ConfigError::Invalid("DATABASE_URL"))?
-        .application_name(name);
-    Ok(PgPoolOptions::new().max_connections(max_connections).connect_lazy_with(options))
+        .application_name(name))
 }
 
 /// A future that completes on SIGTERM or SIGINT. The handlers are installed before this returns.

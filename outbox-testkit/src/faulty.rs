@@ -38,7 +38,7 @@ pub enum Fault {
 /// let faulty = FaultyPublisher::new(inner);
 /// faulty.inject(3, Fault::Nack); // the next three messages are nacked
 /// faulty.inject(1, Fault::LoseConfirm); // the one after is sent, but its confirm is lost
-/// // Relay::builder(pool, faulty.clone())...
+/// // Relay::builder(database, faulty.clone())...
 /// ```
 #[derive(Debug)]
 pub struct FaultyPublisher<P> {

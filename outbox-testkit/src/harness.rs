@@ -453,7 +453,7 @@ impl Harness {
     /// A relay builder with the harness's settings and `publisher`, for more relays of the test's
     /// own (the test owns their handles).
     pub fn relay_builder_with<P: Publisher>(&self, publisher: P) -> RelayBuilder<P> {
-        outbox_relay::Relay::builder(self.pool().clone(), publisher)
+        outbox_relay::Relay::builder(self.db().connect_options().clone(), publisher)
             .exchange(&self.exchange)
             .declare_exchange(false)
             .lease(Duration::from_secs(3))

@@ -41,7 +41,7 @@ async fn one_event(env: &Env) -> Uuid {
 async fn run(env: &Env, n: usize, fault: Fault, status: &'static str) -> (i32, Option<String>) {
     let faulty = FaultyPublisher::new(AmqpPublisher::builder(outbox_testkit::amqp_url()).build());
     faulty.inject(n, fault.clone());
-    let relay = Relay::builder(env.db.pool().clone(), faulty.clone())
+    let relay = Relay::builder(env.db.connect_options().clone(), faulty.clone())
         .exchange(&env.exchange)
         .declare_exchange(false)
         .retry_policy(

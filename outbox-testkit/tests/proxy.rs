@@ -59,7 +59,7 @@ async fn a_relay_survives_a_cut_broker_connection() {
     let recorder = Recorder::start(&queue).await.expect("recorder");
     let proxy = ChaosProxy::start("127.0.0.1:5672".parse().expect("addr")).await.expect("proxy");
     let url = format!("amqp://guest:guest@{}/%2f", proxy.addr());
-    let relay = Relay::builder(db.pool().clone(), AmqpPublisher::builder(url).build())
+    let relay = Relay::builder(db.connect_options().clone(), AmqpPublisher::builder(url).build())
         .exchange(&exchange)
         .declare_exchange(false)
         .retry_policy(

@@ -302,7 +302,7 @@ async fn run() -> Result<ExitCode, BoxError> {
 
 fn start_relay(pool: &PgPool, amqp_url: &str, exchange: &str) -> Result<RelayHandle, outbox_relay::Error> {
     let publisher = AmqpPublisher::builder(amqp_url).connection_name("demo-relay").build();
-    let relay = Relay::builder(pool.clone(), publisher)
+    let relay = Relay::builder(pool.connect_options().as_ref().clone(), publisher)
         .exchange(exchange)
         .routing(Partitioned::new(PARTITIONS))
         .app_id("orders-service")

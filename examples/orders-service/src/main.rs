@@ -118,7 +118,7 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 
 fn start_relay(pool: &PgPool, s: &Settings) -> Result<RelayHandle, outbox_relay::Error> {
     let publisher = AmqpPublisher::builder(&s.amqp_url).connection_name("orders-service").build();
-    let relay = Relay::builder(pool.clone(), publisher)
+    let relay = Relay::builder(pool.connect_options().as_ref().clone(), publisher)
         .exchange(&s.exchange)
         .routing(Partitioned::new(s.partitions))
         .app_id("orders-service")

@@ -32,6 +32,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use outbox_core::Publisher;
 use sqlx::PgPool;
+use sqlx::postgres::PgConnectOptions;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 use tracing::Instrument;
@@ -78,9 +79,10 @@ struct Shared<P> {
 /// ```no_run
 /// use outbox_relay::{AmqpPublisher, Relay};
 ///
-/// # async fn demo(pool: sqlx::PgPool) -> Result<(), outbox_relay::Error> {
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// let database = "postgres://postgres@127.0.0.1/app".parse()?;
 /// let publisher = AmqpPublisher::builder("amqp://guest:guest@127.0.0.1:5672/%2f").build();
-/// let relay = Relay::builder(pool, publisher).exchange("orders").batch_size(500).build()?;
+/// let relay = Relay::builder(database, publisher).exchange("orders").batch_size(500).build()?;
 /// let handle = relay.spawn();
 /// // ... serve requests ...
 /// handle.shutdown().await?; // stops claiming, awaits confirms, records them, releases the rest
@@ -103,9 +105,16 @@ impl<P> Clone for Relay<P> {
 }
 
 impl<P: Publisher> Relay<P> {
-    /// Starts a builder over the outbox in `pool`, publishing with `publisher`.
-    pub fn builder(pool: PgPool, publisher: P) -> RelayBuilder<P> {
-        RelayBuilder::new(pool, publisher)
+    /// Starts a builder over the outbox in the database `connect` leads to, publishing with
+    /// `publisher`.
+    ///
+    /// The relay opens connections of its own with these options: a pool sized for its confirm
+    /// window (two connections per full batch in flight, and three for claiming, listening and
+    /// housekeeping), each with the planner settings its claim relies on, `synchronous_commit` as
+    /// [`RelayBuilder::synchronous_commit`] says, and a 3 s wait for a free connection. From a
+    /// pool the service already has: `pool.connect_options().as_ref().clone()`.
+    pub fn builder(connect: PgConnectOptions, publisher: P) -> RelayBuilder<P> {
+        RelayBuilder::new(connect, publisher)
     }
 
     /// The id this relay records as the owner of its claims.

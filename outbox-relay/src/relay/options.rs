@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::Duration;
 
 use outbox_core::{ExchangeKind, Publisher, RetryPolicy};
-use sqlx::PgPool;
+use sqlx::postgres::PgConnectOptions;
 use tokio::sync::Notify;
 use uuid::Uuid;
 
@@ -65,7 +65,7 @@ impl Settings {
 
 /// Builder of a [`Relay`]. Every setting has a default suited to a production service.
 pub struct RelayBuilder<P> {
-    pool: PgPool,
+    connect: PgConnectOptions,
     publisher: P,
     routing: Arc<dyn RoutingStrategy>,
     settings: Settings,
@@ -86,9 +86,9 @@ fn default_relay_id() -> String {
 impl<P: Publisher> RelayBuilder<P> {
     /// A builder over the outbox in `pool`, publishing with `publisher`, with every default (see
     /// [`Relay::builder`]).
-    pub(super) fn new(pool: PgPool, publisher: P) -> Self {
+    pub(super) fn new(connect: PgConnectOptions, publisher: P) -> Self {
         RelayBuilder {
-            pool,
+            connect,
             publisher,
             routing: Arc::new(ByEventType),
             settings: Settings {
@@ -305,7 +305,7 @@ impl<P: Publisher> RelayBuilder<P> {
             // database is away: a statement waits for one only briefly, and a shutdown during an
             // outage is not held up by sqlx's default of 30 s.
             .acquire_timeout(Duration::from_secs(3))
-            .connect_lazy_with(relay_connect_options(&self.pool, session));
+            .connect_lazy_with(relay_connect_options(self.connect, session));
         Ok(Relay {
             shared: Arc::new(Shared {
                 pool,
@@ -323,14 +323,11 @@ impl<P: Publisher> RelayBuilder<P> {
     }
 }
 
-/// The relay's own connections: the pool's connect options with the relay's session settings. A
+/// The relay's own connections: the given connect options with the relay's session settings. A
 /// statement slower than a second is logged at INFO, not sqlx's WARN: a claim or a recording can
 /// take that long on a busy server, which `outbox_relay_claim_seconds` and
 /// `outbox_relay_record_seconds` measure; it is not a fault.
-fn relay_connect_options(pool: &PgPool, session: Vec<(&str, &str)>) -> sqlx::postgres::PgConnectOptions {
+fn relay_connect_options(connect: PgConnectOptions, session: Vec<(&str, &str)>) -> PgConnectOptions {
     use sqlx::ConnectOptions;
-    (*pool.connect_options())
-        .clone()
-        .options(session)
-        .log_slow_statements(tracing::log::LevelFilter::Info, Duration::from_secs(1))
+    connect.options(session).log_slow_statements(tracing::log::LevelFilter::Info, Duration::from_secs(1))
 }

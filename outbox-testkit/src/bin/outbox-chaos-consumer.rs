@@ -65,7 +65,9 @@ async fn run() -> Result<(), ProcessError> {
     let url = required("AMQP_URL")?;
     let queue = required("CHAOS_QUEUE")?;
     let consumer = std::env::var("CHAOS_CONSUMER").unwrap_or_else(|_| "chaos".to_owned());
-    let service = InboxLayer::new(chaos_env::pool(&name, 10)?, consumer).layer(tower::service_fn(apply));
+    let pool =
+        sqlx::postgres::PgPoolOptions::new().max_connections(10).connect_lazy_with(chaos_env::connect_options(&name)?);
+    let service = InboxLayer::new(pool, consumer).layer(tower::service_fn(apply));
     // Terminated backends and cut connections fail deliveries transiently; retry them quickly
     // and long enough that chaos never dead-letters one.
     let retry = RetryPolicy::default()

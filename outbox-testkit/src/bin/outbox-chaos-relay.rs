@@ -19,7 +19,7 @@ use chaos_env::{ProcessError, millis, required};
 
 async fn run() -> Result<(), ProcessError> {
     let name = required("CHAOS_NAME")?;
-    let pool = chaos_env::pool(&name, 4)?;
+    let database = chaos_env::connect_options(&name)?;
     let publisher = AmqpPublisher::builder(required("AMQP_URL")?).connection_name(name.clone()).build();
     // Kills and cuts make an event fail several times; short backoffs keep the drain quick, and
     // a generous limit keeps chaos from quarantining anything.
@@ -27,7 +27,7 @@ async fn run() -> Result<(), ProcessError> {
         .initial_delay(Duration::from_millis(100))
         .max_delay(Duration::from_secs(2))
         .max_attempts(1000);
-    let relay = Relay::builder(pool, publisher.clone())
+    let relay = Relay::builder(database, publisher.clone())
         .relay_id(name)
         .exchange(required("CHAOS_EXCHANGE")?)
         .declare_exchange(false)
