@@ -46,6 +46,7 @@ pub mod admin;
 mod decode;
 mod error;
 mod inbox;
+mod metrics;
 mod migrate;
 mod runner;
 

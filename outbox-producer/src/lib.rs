@@ -30,6 +30,7 @@
 pub mod admin;
 mod enqueue;
 mod error;
+mod metrics;
 mod migrate;
 mod retention;
 mod stats;

@@ -97,6 +97,7 @@ impl RetentionBuilder {
     /// # Errors
     /// [`Error::InvalidConfig`] if the batch size or the batch limit is not positive.
     pub fn build(self) -> Result<Retention> {
+        crate::metrics::describe();
         if self.retention.batch_size < 1 {
             return Err(Error::InvalidConfig("retention batch_size must be at least 1"));
         }
@@ -163,7 +164,7 @@ impl Retention {
             .await?
             .rows_affected();
         if n > 0 {
-            metrics::counter!("outbox_retention_deleted_total").increment(n);
+            metrics::counter!(crate::metrics::RETENTION_DELETED).increment(n);
             tracing::info!(deleted = n, "outbox.retention_batch");
         }
         Ok(n)

@@ -23,6 +23,7 @@
 
 pub mod defaults;
 mod error;
+mod metrics;
 mod relay;
 mod routing;
 mod store;

@@ -37,6 +37,7 @@ pub struct InboxLayer {
 impl InboxLayer {
     /// An inbox in `pool` for the consumer named `consumer` (its rows are scoped by this name).
     pub fn new(pool: PgPool, consumer: impl Into<String>) -> Self {
+        crate::metrics::describe();
         Self { pool, consumer: Arc::from(consumer.into()), start: StartPolicy::default() }
     }
 
@@ -267,7 +268,7 @@ where
             }
         }
         for outcome in &outcomes {
-            metrics::counter!("inbox_events_total", "consumer" => consumer.to_owned(), "outcome" => outcome.as_str())
+            metrics::counter!(crate::metrics::EVENTS, "consumer" => consumer.to_owned(), "outcome" => outcome.as_str())
                 .increment(1);
         }
         Ok(outcomes)
@@ -310,7 +311,7 @@ where
         let (event, mut tx) = request.into_parts();
         let next_parked = store::advance(&mut tx, consumer, key, last + 1).await?;
         tx.commit().await?;
-        metrics::counter!("inbox_events_total", "consumer" => consumer.to_owned(), "outcome" => "applied_from_parking")
+        metrics::counter!(crate::metrics::EVENTS, "consumer" => consumer.to_owned(), "outcome" => "applied_from_parking")
             .increment(1);
         tracing::debug!(event_id = %event.id, entity = %key, seq = last + 1, "inbox.unparked");
         Ok(Some(next_parked))
@@ -474,7 +475,7 @@ where
                 Err(e) if e.is_retryable() => "transient_failure",
                 Err(_) => "permanent_failure",
             };
-            metrics::counter!("inbox_events_total", "consumer" => this.consumer.to_string(), "outcome" => label)
+            metrics::counter!(crate::metrics::EVENTS, "consumer" => this.consumer.to_string(), "outcome" => label)
                 .increment(1);
             tracing::debug!(event_id = %id, outcome = label, "inbox.handled");
             result

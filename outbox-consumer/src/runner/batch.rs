@@ -71,7 +71,7 @@ where
             match decode_delivery(delivery.message(), &self.settings.limits) {
                 Err(e) => {
                     tracing::warn!(reason = e.code(), detail = %e, "inbox.bad_delivery");
-                    metrics::counter!("inbox_bad_deliveries_total", "reason" => e.code()).increment(1);
+                    metrics::counter!(crate::metrics::BAD_DELIVERIES, "reason" => e.code()).increment(1);
                     verdicts[i] = Some(Verdict::DeadLetter { reason: e.code(), detail: e.to_string() });
                 }
                 Ok(event) => events.push((i, event)),
@@ -190,7 +190,7 @@ where
         let queue = queue_of(&self.settings.queues, &delivery);
         match dead_letters.publish(&delivery, &queue, reason, detail).await {
             Ok(()) => {
-                metrics::counter!("inbox_dead_letters_total", "reason" => reason).increment(1);
+                metrics::counter!(crate::metrics::DEAD_LETTERS, "reason" => reason).increment(1);
                 Counters::bump(&self.counters.dead_lettered);
                 tracing::warn!(reason, queue, message_id = ?delivery.message_id(), "inbox.dead_lettered");
                 let _ = delivery.ack().await;

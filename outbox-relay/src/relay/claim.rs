@@ -21,14 +21,14 @@ impl<P: Publisher> Relay<P> {
             let started = Instant::now();
             let taken =
                 store::claim(&self.shared.pool, limit, s.events_per_entity, &s.relay_id, token, s.lease).await?;
-            metrics::histogram!("outbox_relay_claim_seconds").record(started.elapsed().as_secs_f64());
+            metrics::histogram!(crate::metrics::CLAIM_SECONDS).record(started.elapsed().as_secs_f64());
             self.set_aside_corrupt(taken, token).await?
         };
-        metrics::counter!("outbox_relay_claims_total", "found" => if claimed.is_empty() { "none" } else { "rows" })
+        metrics::counter!(crate::metrics::CLAIMS, "found" => if claimed.is_empty() { "none" } else { "rows" })
             .increment(1);
         let now = SystemTime::now();
         for c in &claimed {
-            metrics::histogram!("outbox_event_age_at_claim_seconds")
+            metrics::histogram!(crate::metrics::AGE_AT_CLAIM)
                 .record(now.duration_since(c.event.created_at).unwrap_or_default().as_secs_f64());
         }
         #[cfg(feature = "fail-points")]
@@ -71,7 +71,7 @@ impl<P: Publisher> Relay<P> {
                 }
             })
             .collect();
-        metrics::counter!("outbox_quarantined_total").increment(failures.len() as u64);
+        metrics::counter!(crate::metrics::QUARANTINED).increment(failures.len() as u64);
         store::mark_failed(&self.shared.pool, &failures, token).await?;
         store::release(&self.shared.pool, &held, token, true).await?;
         Ok(rows)

@@ -42,10 +42,10 @@ impl<P: Publisher> Relay<P> {
         let sorted = self.sort_outcomes(&claimed, sent);
         let mut report = BatchReport { claimed: claimed.len(), ..BatchReport::default() };
         self.record(&sorted, token, &mut report, Recording::new(lease_ends, hard)).await?;
-        metrics::counter!("outbox_published_total").increment(report.published as u64);
-        metrics::counter!("outbox_quarantined_total").increment(report.quarantined as u64);
+        metrics::counter!(crate::metrics::PUBLISHED).increment(report.published as u64);
+        metrics::counter!(crate::metrics::QUARANTINED).increment(report.quarantined as u64);
         if report.lost_claims > 0 {
-            metrics::counter!("outbox_lost_claims_total").increment(report.lost_claims as u64);
+            metrics::counter!(crate::metrics::LOST_CLAIMS).increment(report.lost_claims as u64);
             tracing::warn!(
                 lost = report.lost_claims,
                 "claims were taken over by another relay before their outcome was recorded"
@@ -130,7 +130,7 @@ impl<P: Publisher> Relay<P> {
             .zip(confirms)
             .map(|(&i, f)| {
                 f.map(move |outcome| {
-                    metrics::histogram!("outbox_publish_to_confirm_seconds").record(sent.elapsed().as_secs_f64());
+                    metrics::histogram!(crate::metrics::PUBLISH_TO_CONFIRM).record(sent.elapsed().as_secs_f64());
                     (i, outcome)
                 })
             })

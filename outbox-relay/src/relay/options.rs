@@ -285,6 +285,7 @@ impl<P: Publisher> RelayBuilder<P> {
     /// # Errors
     /// [`Error::InvalidConfig`] if the confirm timeout is not shorter than the lease.
     pub fn build(self) -> Result<Relay<P>> {
+        crate::metrics::describe();
         let s = &self.settings;
         if s.confirm_timeout >= s.lease {
             return Err(Error::InvalidConfig("confirm_timeout must be shorter than lease"));

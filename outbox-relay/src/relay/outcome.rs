@@ -95,7 +95,7 @@ impl<P: Publisher> Relay<P> {
             let failure = match classify_outcome(outcome, unsent, sent.cut_short) {
                 Disposition::Published => {
                     sorted.published.push(c.tid.as_str());
-                    metrics::histogram!("outbox_commit_to_confirm_seconds")
+                    metrics::histogram!(crate::metrics::COMMIT_TO_CONFIRM)
                         .record(now.duration_since(c.event.created_at).unwrap_or_default().as_secs_f64());
                     continue;
                 }
@@ -105,7 +105,7 @@ impl<P: Publisher> Relay<P> {
                 }
                 Disposition::TakeBack { unavailable } => {
                     if unavailable {
-                        metrics::counter!("outbox_publish_failures_total", "kind" => FailureKind::Unavailable.as_str())
+                        metrics::counter!(crate::metrics::PUBLISH_FAILURES, "kind" => FailureKind::Unavailable.as_str())
                             .increment(1);
                     }
                     sorted.unavailable += usize::from(unavailable);
@@ -131,7 +131,7 @@ impl<P: Publisher> Relay<P> {
                 (true, Duration::ZERO)
             }
         };
-        metrics::counter!("outbox_publish_failures_total", "kind" => failure.kind.as_str()).increment(1);
+        metrics::counter!(crate::metrics::PUBLISH_FAILURES, "kind" => failure.kind.as_str()).increment(1);
         tracing::debug!(event_id = %id, kind = %failure.kind, reason = %failure.reason, attempts = c.attempts, "outbox.publish_failed");
         let reason = if quarantine { format!("{} (quarantined)", failure.reason) } else { failure.reason };
         store::Failure { id, quarantine, delay, reason, kind: failure.kind }

@@ -45,7 +45,7 @@ impl<P: Publisher> Relay<P> {
         let unsent = r.retry("give back unsent", || store::release(pool, &sorted.unsent, token, true)).await?;
         report.unavailable = sorted.unavailable;
         report.held_back = usize::try_from(unsent).unwrap_or(0).saturating_sub(sorted.unavailable);
-        metrics::histogram!("outbox_relay_record_seconds").record(started.elapsed().as_secs_f64());
+        metrics::histogram!(crate::metrics::RECORD_SECONDS).record(started.elapsed().as_secs_f64());
         Ok(())
     }
 }

@@ -55,8 +55,8 @@ pub(super) async fn vacuum<P: Publisher>(shared: Arc<Shared<P>>) {
         match store::vacuum(&shared.pool).await {
             Ok(()) => {
                 let took = started.elapsed();
-                metrics::counter!("outbox_relay_vacuums_total").increment(1);
-                metrics::histogram!("outbox_relay_vacuum_seconds").record(took.as_secs_f64());
+                metrics::counter!(crate::metrics::VACUUMS).increment(1);
+                metrics::histogram!(crate::metrics::VACUUM_SECONDS).record(took.as_secs_f64());
                 tracing::debug!(took_ms = took.as_millis(), "outbox table vacuumed");
             }
             Err(e) => tracing::warn!(error = %e, "could not vacuum the outbox table; autovacuum must keep it lean"),

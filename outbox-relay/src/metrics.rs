@@ -1,0 +1,46 @@
+//! The relay's metrics, through the `metrics` facade (the service picks the exporter): every name
+//! and its description in one place. [`describe`] is called when a relay is built, so that an
+//! exporter installed before shows the descriptions.
+
+use ::metrics::{Unit, describe_counter, describe_histogram};
+
+/// Events the broker confirmed and the relay recorded as published (counter).
+pub(crate) const PUBLISHED: &str = "outbox_published_total";
+/// Events quarantined, by the retry policy or as corrupt rows (counter).
+pub(crate) const QUARANTINED: &str = "outbox_quarantined_total";
+/// Batches whose claim another relay took over before their outcome was recorded (counter).
+pub(crate) const LOST_CLAIMS: &str = "outbox_lost_claims_total";
+/// Failed publishes by classified kind, label `kind` (counter).
+pub(crate) const PUBLISH_FAILURES: &str = "outbox_publish_failures_total";
+/// Claims, label `found` = `rows` or `none` (counter).
+pub(crate) const CLAIMS: &str = "outbox_relay_claims_total";
+/// Vacuums of `outbox_events` the relay ran itself (counter).
+pub(crate) const VACUUMS: &str = "outbox_relay_vacuums_total";
+/// From an event's commit to its confirm (histogram, seconds).
+pub(crate) const COMMIT_TO_CONFIRM: &str = "outbox_commit_to_confirm_seconds";
+/// From a message's publish to its confirm (histogram, seconds).
+pub(crate) const PUBLISH_TO_CONFIRM: &str = "outbox_publish_to_confirm_seconds";
+/// An event's age when it was claimed (histogram, seconds).
+pub(crate) const AGE_AT_CLAIM: &str = "outbox_event_age_at_claim_seconds";
+/// How long a claim statement took (histogram, seconds).
+pub(crate) const CLAIM_SECONDS: &str = "outbox_relay_claim_seconds";
+/// How long recording a batch's outcomes took (histogram, seconds).
+pub(crate) const RECORD_SECONDS: &str = "outbox_relay_record_seconds";
+/// How long a vacuum took (histogram, seconds).
+pub(crate) const VACUUM_SECONDS: &str = "outbox_relay_vacuum_seconds";
+
+/// Registers the description and unit of every relay metric with the installed recorder.
+pub(crate) fn describe() {
+    describe_counter!(PUBLISHED, "Events the broker confirmed and the relay recorded as published.");
+    describe_counter!(QUARANTINED, "Events quarantined (retry policy gave up, or a corrupt row).");
+    describe_counter!(LOST_CLAIMS, "Batches whose claim another relay took over before their outcome was recorded.");
+    describe_counter!(PUBLISH_FAILURES, "Failed publishes by classified kind (label kind).");
+    describe_counter!(CLAIMS, "Claims of the relay (label found: rows or none).");
+    describe_counter!(VACUUMS, "Vacuums of outbox_events run by the relay.");
+    describe_histogram!(COMMIT_TO_CONFIRM, Unit::Seconds, "From an event's commit to the broker's confirm.");
+    describe_histogram!(PUBLISH_TO_CONFIRM, Unit::Seconds, "From a message's publish to its confirm.");
+    describe_histogram!(AGE_AT_CLAIM, Unit::Seconds, "An event's age when a relay claimed it.");
+    describe_histogram!(CLAIM_SECONDS, Unit::Seconds, "Duration of a claim statement.");
+    describe_histogram!(RECORD_SECONDS, Unit::Seconds, "Duration of recording a batch's outcomes.");
+    describe_histogram!(VACUUM_SECONDS, Unit::Seconds, "Duration of a vacuum of outbox_events.");
+}
