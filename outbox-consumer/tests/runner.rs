@@ -6,14 +6,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use futures::StreamExt;
+use lapin::BasicProperties;
 use lapin::options::{BasicConsumeOptions, BasicPublishOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString};
-use lapin::{BasicProperties, ExchangeKind};
-use outbox_consumer::{
-    HandlerError, InboxLayer, InboxRequest, InboxRunner, InboxRunnerBuilder, InboxService, Topology,
-};
+use outbox_consumer::{HandlerError, InboxLayer, InboxRequest, InboxRunner, InboxRunnerBuilder, InboxService};
 use outbox_core::{Event, EventId, NewEvent, RetryPolicy};
-use outbox_testkit::{TestBroker, TestDb, wait_for};
+use outbox_testkit::{Harness, wait_for};
 use sqlx::PgPool;
 use tower::Layer;
 
@@ -65,27 +63,21 @@ async fn count_effects(pool: &PgPool) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM effects").fetch_one(pool).await.expect("count")
 }
 
+/// A test database with the `effects` table, a broker with the consumer's queue and its dead
+/// letters (the harness's, with no relay and no consumer of its own), and runners built on them.
 struct Env {
-    db: TestDb,
-    broker: TestBroker,
-    exchange: String,
-    topology: Topology,
+    h: Harness,
 }
 
 impl Env {
     async fn new() -> Self {
-        let db = TestDb::new().await.expect("db");
-        effects_table(db.pool()).await;
-        let broker = TestBroker::new().await.expect("broker");
-        let exchange = broker.declare_exchange("events", ExchangeKind::Topic).await.expect("exchange");
-        let queue = broker.name("shipping");
-        let topology =
-            outbox_consumer::declare_queue(broker.channel(), &exchange, &queue, &["#"]).await.expect("topology");
-        for q in [&topology.queues[0], &topology.dead_letter_queue] {
-            broker.remember_queue(q);
-        }
-        broker.remember_exchange(&topology.dead_letter_exchange);
-        Self { db, broker, exchange, topology }
+        let h = Harness::builder().defer_relay().start().await.expect("harness");
+        effects_table(h.pool()).await;
+        Self { h }
+    }
+
+    fn pool(&self) -> &PgPool {
+        self.h.pool()
     }
 
     fn runner<S>(&self, service: InboxService<S>) -> InboxRunnerBuilder<S>
@@ -95,7 +87,7 @@ impl Env {
         S::Future: Send,
     {
         InboxRunner::builder(outbox_testkit::amqp_url(), service)
-            .topology(&self.topology)
+            .topology(self.h.topology())
             .retry_policy(
                 RetryPolicy::default()
                     .initial_delay(Duration::from_millis(200))
@@ -106,25 +98,24 @@ impl Env {
     }
 
     async fn publish(&self, events: &[Event]) {
-        self.broker.publish_events(&self.exchange, "order.changed", events).await.expect("publish");
+        self.h.broker().publish_events(self.h.exchange(), "order.changed", events).await.expect("publish");
     }
 
     async fn close(self) {
-        self.broker.close().await.expect("cleanup");
-        self.db.close().await.expect("cleanup");
+        self.h.close().await.expect("cleanup");
     }
 }
 
 #[tokio::test]
 async fn the_same_event_published_three_times_changes_the_table_once() {
     let env = Env::new().await;
-    let handle = env.runner(service(env.db.pool())).build().expect("runner").spawn();
+    let handle = env.runner(service(env.pool())).build().expect("runner").spawn();
     let e = event("order-1", 1);
     env.publish(&[e.clone(), e.clone(), e.clone()]).await;
     let marker = event("order-2", 1);
     env.publish(&[marker]).await;
     wait_for("the marker applied", Duration::from_secs(10), || async {
-        (effects(env.db.pool(), "order-2").await.len() == 1).then_some(())
+        (effects(env.pool(), "order-2").await.len() == 1).then_some(())
     })
     .await
     .expect("applied");
@@ -136,19 +127,19 @@ async fn the_same_event_published_three_times_changes_the_table_once() {
     .await
     .expect("dropped");
     handle.shutdown().await.expect("shutdown");
-    assert_eq!(effects(env.db.pool(), "order-1").await, [1], "three deliveries, one effect");
+    assert_eq!(effects(env.pool(), "order-1").await, [1], "three deliveries, one effect");
     env.close().await;
 }
 
 #[tokio::test]
 async fn deliveries_3_1_2_are_applied_in_order_without_another_delivery() {
     let env = Env::new().await;
-    let handle = env.runner(service(env.db.pool())).concurrency(1).build().expect("runner").spawn();
+    let handle = env.runner(service(env.pool())).concurrency(1).build().expect("runner").spawn();
     let (e1, e2, e3) = (event("o", 1), event("o", 2), event("o", 3));
     env.publish(&[e3]).await;
     wait_for("3 parked", Duration::from_secs(10), || async {
         let parked: i64 = sqlx::query_scalar("SELECT count(*) FROM inbox_events WHERE status = 'parked'")
-            .fetch_one(env.db.pool())
+            .fetch_one(env.pool())
             .await
             .ok()?;
         (parked == 1).then_some(())
@@ -157,12 +148,12 @@ async fn deliveries_3_1_2_are_applied_in_order_without_another_delivery() {
     .expect("parked");
     env.publish(&[e1, e2]).await;
     wait_for("three effects", Duration::from_secs(10), || async {
-        (effects(env.db.pool(), "o").await.len() == 3).then_some(())
+        (effects(env.pool(), "o").await.len() == 3).then_some(())
     })
     .await
     .expect("applied");
     handle.shutdown().await.expect("shutdown");
-    assert_eq!(effects(env.db.pool(), "o").await, [1, 2, 3]);
+    assert_eq!(effects(env.pool(), "o").await, [1, 2, 3]);
     env.close().await;
 }
 
@@ -172,7 +163,7 @@ async fn deliveries_3_1_2_are_applied_in_order_without_another_delivery() {
 async fn crash_between_commit_and_ack_leaves_one_effect() {
     let env = Env::new().await;
     let crashing = env
-        .runner(service(env.db.pool()))
+        .runner(service(env.pool()))
         .concurrency(1)
         .prefetch(1)
         .crash_at(outbox_consumer::CrashPoint::AfterCommitBeforeAck)
@@ -182,9 +173,9 @@ async fn crash_between_commit_and_ack_leaves_one_effect() {
     let e = event("k", 1);
     env.publish(std::slice::from_ref(&e)).await;
     assert!(crashing.join().await.is_err(), "stopped at the crash point");
-    assert_eq!(effects(env.db.pool(), "k").await, [1], "committed before the crash");
+    assert_eq!(effects(env.pool(), "k").await, [1], "committed before the crash");
 
-    let handle = env.runner(service(env.db.pool())).build().expect("runner").spawn();
+    let handle = env.runner(service(env.pool())).build().expect("runner").spawn();
     wait_for("the redelivery to be dropped as a duplicate", Duration::from_secs(15), || async {
         (handle.stats().duplicates == 1).then_some(())
     })
@@ -192,7 +183,7 @@ async fn crash_between_commit_and_ack_leaves_one_effect() {
     .expect("redelivered");
     assert_eq!(handle.stats().applied, 0);
     handle.shutdown().await.expect("shutdown");
-    assert_eq!(effects(env.db.pool(), "k").await, [1], "the redelivered duplicate was dropped");
+    assert_eq!(effects(env.pool(), "k").await, [1], "the redelivered duplicate was dropped");
     env.close().await;
 }
 
@@ -212,11 +203,11 @@ async fn transient_failures_are_retried_with_backoff_then_applied_once() {
             apply(req).await
         }
     });
-    let svc = InboxLayer::new(env.db.pool().clone(), "shipping").layer(flaky);
+    let svc = InboxLayer::new(env.pool().clone(), "shipping").layer(flaky);
     let handle = env.runner(svc).build().expect("runner").spawn();
     env.publish(&[event("f", 1)]).await;
     wait_for("applied", Duration::from_secs(15), || async {
-        (effects(env.db.pool(), "f").await.len() == 1).then_some(())
+        (effects(env.pool(), "f").await.len() == 1).then_some(())
     })
     .await
     .expect("applied");
@@ -225,7 +216,7 @@ async fn transient_failures_are_retried_with_backoff_then_applied_once() {
     let t = times.lock().expect("lock").clone();
     assert!(t[1] - t[0] >= Duration::from_millis(190), "first retry after the backoff floor: {:?}", t[1] - t[0]);
     assert!(t[2] - t[1] >= Duration::from_millis(190), "second retry after a backoff: {:?}", t[2] - t[1]);
-    assert_eq!(effects(env.db.pool(), "f").await, [1]);
+    assert_eq!(effects(env.pool(), "f").await, [1]);
     env.close().await;
 }
 
@@ -243,11 +234,11 @@ async fn a_panicking_handler_does_not_kill_the_consumer() {
             apply(req).await
         }
     });
-    let svc = InboxLayer::new(env.db.pool().clone(), "shipping").layer(buggy);
+    let svc = InboxLayer::new(env.pool().clone(), "shipping").layer(buggy);
     let handle = env.runner(svc).build().expect("runner").spawn();
     env.publish(&[event("p", 1), event("q", 1)]).await;
     wait_for("both applied", Duration::from_secs(15), || async {
-        (count_effects(env.db.pool()).await == 2).then_some(())
+        (count_effects(env.pool()).await == 2).then_some(())
     })
     .await
     .expect("applied");
@@ -284,7 +275,7 @@ fn props(
 #[tokio::test]
 async fn malformed_deliveries_are_dead_lettered_with_a_reason_and_good_ones_flow() {
     let env = Env::new().await;
-    let handle = env.runner(service(env.db.pool())).build().expect("runner").spawn();
+    let handle = env.runner(service(env.pool())).build().expect("runner").spawn();
     let id = || EventId::new().to_string();
     let v1 = ("x-event-version", AMQPValue::LongLongInt(1));
     let json = Some("application/json");
@@ -332,12 +323,12 @@ async fn malformed_deliveries_are_dead_lettered_with_a_reason_and_good_ones_flow
         ),
         ("missing_content_type", props(Some(&id()), Some("t"), None, std::slice::from_ref(&v1)), ok_body),
     ];
-    let ch = env.broker.channel();
+    let ch = env.h.broker().channel();
     let good_before = event("good", 1);
     env.publish(&[good_before]).await;
     for (_, p, body) in &cases {
         ch.basic_publish(
-            env.exchange.as_str().into(),
+            env.h.exchange().into(),
             "order.changed".into(),
             BasicPublishOptions::default(),
             body,
@@ -352,10 +343,11 @@ async fn malformed_deliveries_are_dead_lettered_with_a_reason_and_good_ones_flow
 
     // Read the dead letters.
     let dead = env
-        .broker
+        .h
+        .broker()
         .channel()
         .basic_consume(
-            env.topology.dead_letter_queue.as_str().into(),
+            env.h.topology().dead_letter_queue.as_str().into(),
             "".into(),
             BasicConsumeOptions { no_ack: true, ..Default::default() },
             FieldTable::default(),
@@ -387,13 +379,13 @@ async fn malformed_deliveries_are_dead_lettered_with_a_reason_and_good_ones_flow
     got.sort_unstable();
     assert_eq!(got, expected);
     wait_for("good events applied", Duration::from_secs(10), || async {
-        (effects(env.db.pool(), "good").await.len() == 2).then_some(())
+        (effects(env.pool(), "good").await.len() == 2).then_some(())
     })
     .await
     .expect("good");
     assert!(!handle.is_finished());
     handle.shutdown().await.expect("shutdown");
-    assert_eq!(effects(env.db.pool(), "good").await, [1, 2]);
+    assert_eq!(effects(env.pool(), "good").await, [1, 2]);
     env.close().await;
 }
 
@@ -403,10 +395,10 @@ async fn malformed_deliveries_are_dead_lettered_with_a_reason_and_good_ones_flow
 async fn reconnects_after_the_broker_drops_the_connection() {
     let env = Env::new().await;
     let name = format!("inbox-test-{}", outbox_testkit::unique_suffix());
-    let handle = env.runner(service(env.db.pool())).connection_name(&name).build().expect("runner").spawn();
+    let handle = env.runner(service(env.pool())).connection_name(&name).build().expect("runner").spawn();
     env.publish(&[event("r", 1), event("r", 2)]).await;
     wait_for("first events applied", Duration::from_secs(10), || async {
-        (effects(env.db.pool(), "r").await.len() == 2).then_some(())
+        (effects(env.pool(), "r").await.len() == 2).then_some(())
     })
     .await
     .expect("applied");
@@ -415,13 +407,13 @@ async fn reconnects_after_the_broker_drops_the_connection() {
     assert_eq!(closed, 1, "the runner's connection was found and closed");
     env.publish(&[event("r", 3), event("r", 4)]).await;
     wait_for("events after the reconnect applied", Duration::from_secs(30), || async {
-        (effects(env.db.pool(), "r").await.len() == 4).then_some(())
+        (effects(env.pool(), "r").await.len() == 4).then_some(())
     })
     .await
     .expect("reconnected");
     assert!(!handle.is_finished());
     handle.shutdown().await.expect("shutdown");
-    assert_eq!(effects(env.db.pool(), "r").await, [1, 2, 3, 4]);
+    assert_eq!(effects(env.pool(), "r").await, [1, 2, 3, 4]);
     env.close().await;
 }
 
@@ -440,12 +432,12 @@ async fn graceful_shutdown_finishes_and_acks_the_delivery_in_hand() {
             apply(req).await
         }
     });
-    let svc = InboxLayer::new(env.db.pool().clone(), "shipping").layer(slow);
+    let svc = InboxLayer::new(env.pool().clone(), "shipping").layer(slow);
     let handle = env.runner(svc).build().expect("runner").spawn();
     env.publish(&[event("g", 1)]).await;
     tokio::time::timeout(Duration::from_secs(10), started.notified()).await.expect("handler started");
     handle.shutdown().await.expect("graceful shutdown");
-    assert_eq!(effects(env.db.pool(), "g").await, [1], "the delivery in hand was finished");
+    assert_eq!(effects(env.pool(), "g").await, [1], "the delivery in hand was finished");
 
     let conn = lapin::Connection::connect(&outbox_testkit::amqp_url(), lapin::ConnectionProperties::default())
         .await
@@ -455,7 +447,7 @@ async fn graceful_shutdown_finishes_and_acks_the_delivery_in_hand() {
         .await
         .expect("channel")
         .queue_declare(
-            env.topology.queues[0].as_str().into(),
+            env.h.topology().queues[0].as_str().into(),
             lapin::options::QueueDeclareOptions { passive: true, ..Default::default() },
             FieldTable::default(),
         )
@@ -473,7 +465,7 @@ async fn graceful_shutdown_finishes_and_acks_the_delivery_in_hand() {
 async fn deliveries_in_hand_share_a_transaction_and_a_refused_one_goes_alone() {
     let env = Env::new().await;
     sqlx::query("CREATE TABLE applied (n bigserial PRIMARY KEY, entity text, seq bigint, tx bigint)")
-        .execute(env.db.pool())
+        .execute(env.pool())
         .await
         .expect("table");
     let handler = tower::service_fn(|mut req: InboxRequest| async move {
@@ -488,7 +480,7 @@ async fn deliveries_in_hand_share_a_transaction_and_a_refused_one_goes_alone() {
             .await?;
         Ok::<_, HandlerError>(req)
     });
-    let svc = InboxLayer::new(env.db.pool().clone(), "shipping").layer(handler);
+    let svc = InboxLayer::new(env.pool().clone(), "shipping").layer(handler);
     // 50 entities, 4 events each, interleaved as a relay sends them; the refused event in the middle.
     let mut events: Vec<Event> = (1..=4).flat_map(|seq| (0..50).map(move |e| event(&format!("e{e}"), seq))).collect();
     events.insert(100, event("refused", 1));
@@ -498,14 +490,13 @@ async fn deliveries_in_hand_share_a_transaction_and_a_refused_one_goes_alone() {
     // right after that one, so applied and parked deliveries add up to the events.
     wait_for("every event handled", Duration::from_secs(30), || async {
         let s = handle.stats();
-        let rows: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM applied").fetch_one(env.db.pool()).await.expect("count");
+        let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM applied").fetch_one(env.pool()).await.expect("count");
         (s.applied + s.parked == 200 && s.dead_lettered == 1 && rows >= 200).then_some(())
     })
     .await
     .unwrap_or_else(|e| panic!("{e:?}: {:?}", handle.stats()));
     let rows: Vec<(String, i64, i64)> =
-        sqlx::query_as("SELECT entity, seq, tx FROM applied ORDER BY n").fetch_all(env.db.pool()).await.expect("rows");
+        sqlx::query_as("SELECT entity, seq, tx FROM applied ORDER BY n").fetch_all(env.pool()).await.expect("rows");
     assert_eq!(rows.len(), 200, "each event applied once");
     for e in 0..50 {
         let key = format!("e{e}");

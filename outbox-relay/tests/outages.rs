@@ -5,11 +5,14 @@
 
 use std::time::{Duration, Instant};
 
-use outbox_core::{NewEvent, RetryPolicy};
+use outbox_core::{NewEvent, Publisher, RetryPolicy};
 use outbox_producer::Outbox;
-use outbox_relay::{AmqpPublisher, Relay};
-use outbox_testkit::{ChaosProxy, Recorder, TestBroker, TestDb, wait_for};
+use outbox_relay::{AmqpPublisher, Relay, RelayBuilder};
+use outbox_testkit::{ChaosProxy, Harness, Recorder, TestDb, wait_for};
 use sqlx::PgPool;
+use sqlx::postgres::PgConnectOptions;
+
+mod support;
 
 const ENTITIES: usize = 200;
 const PER_ENTITY: usize = 100;
@@ -36,14 +39,33 @@ async fn count(pool: &PgPool, sql: &'static str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.expect("count")
 }
 
-async fn setup() -> (TestDb, TestBroker, String, Recorder) {
-    let db = TestDb::new().await.expect("db");
-    let broker = TestBroker::new().await.expect("broker");
-    let exchange = broker.declare_exchange("events", outbox_amqp::lapin::ExchangeKind::Topic).await.expect("exchange");
-    let queue = broker.declare_queue("all").await.expect("queue");
-    broker.bind(&queue, &exchange, "#").await.expect("bind");
-    let recorder = Recorder::start(&queue).await.expect("recorder");
-    (db, broker, exchange, recorder)
+/// A relay with the product's defaults (a lease of 30 s) on the harness's exchange, over
+/// `database`, in batches of 200 with two in flight.
+fn relay<P: Publisher>(h: &Harness, database: PgConnectOptions, publisher: P) -> RelayBuilder<P> {
+    Relay::builder(database, publisher)
+        .exchange(h.exchange())
+        .declare_exchange(false)
+        .batch_size(200)
+        .confirm_window(400)
+}
+
+/// Waits until a few thousand events went out: the drain is under way.
+async fn under_way(recorder: &Recorder) {
+    wait_for("the drain to be under way", Duration::from_secs(60), || async {
+        (recorder.count() >= 3_000).then_some(())
+    })
+    .await
+    .expect("busy");
+}
+
+/// Waits until every row is marked published.
+async fn all_marked(pool: &PgPool, n: usize) {
+    wait_for("every row marked published", Duration::from_secs(30), || async {
+        let published = outbox_producer::admin::stats(pool).await.ok()?.published;
+        (published == n as i64).then_some(())
+    })
+    .await
+    .expect("all marked");
 }
 
 /// Waits until the recorder has every event, then checks their per-entity order.
@@ -71,23 +93,12 @@ async fn time_to_deliver(recorder: &Recorder, from: usize, n: usize) -> Duration
 /// the broker confirmed is published again.
 #[tokio::test]
 async fn a_database_blip_stalls_nothing_and_publishes_nothing_twice() {
-    let (db, broker, exchange, recorder) = setup().await;
-    let ids = fill(db.pool()).await;
+    let h = support::env().await;
+    let (recorder, ids) = (h.recorder(), fill(h.pool()).await);
     let proxy = ChaosProxy::start("127.0.0.1:5432".parse().expect("addr")).await.expect("proxy");
-    let through_proxy = (*db.pool().connect_options()).clone().host("127.0.0.1").port(proxy.addr().port());
-    let relay = Relay::builder(through_proxy, AmqpPublisher::builder(outbox_testkit::amqp_url()).build())
-        .exchange(&exchange)
-        .declare_exchange(false)
-        .batch_size(200)
-        .confirm_window(400)
-        .build()
-        .expect("relay")
-        .spawn();
-    wait_for("the drain to be under way", Duration::from_secs(60), || async {
-        (recorder.count() >= 3_000).then_some(())
-    })
-    .await
-    .expect("busy");
+    let through_proxy = h.db().connect_options().clone().host("127.0.0.1").port(proxy.addr().port());
+    let relay = relay(&h, through_proxy, support::publisher()).build().expect("relay").spawn();
+    under_way(recorder).await;
 
     proxy.refuse();
     proxy.cut();
@@ -95,24 +106,17 @@ async fn a_database_blip_stalls_nothing_and_publishes_nothing_twice() {
     proxy.heal();
     let at_heal = recorder.count();
     // More than a confirm window of new deliveries: claims after the heal, not what was in flight.
-    let resumed = time_to_deliver(&recorder, at_heal, 1_000).await;
+    let resumed = time_to_deliver(recorder, at_heal, 1_000).await;
     println!("database blip: delivery resumed {} ms after the heal", resumed.as_millis());
     assert!(resumed < Duration::from_secs(12), "delivery resumed {resumed:?} after the heal; the lease is 30 s");
 
-    assert_all_delivered_in_order(&recorder, &ids).await;
+    assert_all_delivered_in_order(recorder, &ids).await;
     let duplicates: usize = recorder.duplicates().values().map(|n| n - 1).sum();
     println!("database blip: {duplicates} events published twice");
     assert_eq!(duplicates, 0, "confirmed events were published again");
-    wait_for("every row marked published", Duration::from_secs(30), || async {
-        (count(db.pool(), "SELECT count(*) FROM outbox_events WHERE status = 'published'").await == ids.len() as i64)
-            .then_some(())
-    })
-    .await
-    .expect("all marked");
+    all_marked(h.pool(), ids.len()).await;
     relay.shutdown().await.expect("shutdown");
-    drop(recorder);
-    broker.close().await.expect("broker cleanup");
-    db.close().await.expect("db cleanup");
+    h.close().await.expect("cleanup");
 }
 
 /// RabbitMQ cannot be reached for 15 s in the middle of a drain, with a retry policy whose
@@ -121,61 +125,44 @@ async fn a_database_blip_stalls_nothing_and_publishes_nothing_twice() {
 /// publisher's reconnect back-off once the broker answers.
 #[tokio::test]
 async fn a_broker_outage_charges_no_event_and_delivery_resumes_at_once() {
-    let (db, broker, exchange, recorder) = setup().await;
-    let ids = fill(db.pool()).await;
+    let h = support::env().await;
+    let (recorder, ids) = (h.recorder(), fill(h.pool()).await);
     let proxy = ChaosProxy::start("127.0.0.1:5672".parse().expect("addr")).await.expect("proxy");
     let url = format!("amqp://guest:guest@{}/%2f", proxy.addr());
     let policy = RetryPolicy::default()
         .initial_delay(Duration::from_millis(200))
         .max_attempts(3)
         .max_age(Duration::from_secs(3));
-    let relay = Relay::builder(db.connect_options().clone(), AmqpPublisher::builder(url).build())
-        .exchange(&exchange)
-        .declare_exchange(false)
-        .batch_size(200)
-        .confirm_window(400)
-        .retry_policy(policy)
-        .build()
-        .expect("relay")
-        .spawn();
-    wait_for("the drain to be under way", Duration::from_secs(60), || async {
-        (recorder.count() >= 3_000).then_some(())
-    })
-    .await
-    .expect("busy");
+    let publisher = AmqpPublisher::builder(url).build();
+    let relay = relay(&h, h.db().connect_options().clone(), publisher).retry_policy(policy).build().expect("relay");
+    let relay = relay.spawn();
+    under_way(recorder).await;
 
     proxy.refuse();
     proxy.cut();
     let tried = proxy.connections();
     tokio::time::sleep(Duration::from_secs(15)).await; // the outage itself
     let charged =
-        count(db.pool(), "SELECT count(*) FROM outbox_events WHERE attempts > 1 OR last_error IS NOT NULL").await;
+        count(h.pool(), "SELECT count(*) FROM outbox_events WHERE attempts > 1 OR last_error IS NOT NULL").await;
     assert_eq!(charged, 0, "the outage was charged to {charged} events");
     assert!(proxy.connections() >= tried + 3, "the relay kept trying to reconnect during the outage");
     proxy.heal();
     let at_heal = recorder.count();
-    let resumed = time_to_deliver(&recorder, at_heal, 1_000).await;
+    let resumed = time_to_deliver(recorder, at_heal, 1_000).await;
     println!("broker outage: delivery resumed {} ms after the heal", resumed.as_millis());
     assert!(resumed < Duration::from_secs(12), "delivery resumed {resumed:?} after the heal");
 
-    assert_all_delivered_in_order(&recorder, &ids).await;
-    wait_for("every row marked published", Duration::from_secs(30), || async {
-        (count(db.pool(), "SELECT count(*) FROM outbox_events WHERE status = 'published'").await == ids.len() as i64)
-            .then_some(())
-    })
-    .await
-    .expect("all marked");
+    assert_all_delivered_in_order(recorder, &ids).await;
+    all_marked(h.pool(), ids.len()).await;
     let (max_attempts, quarantined): (i32, i64) =
         sqlx::query_as("SELECT max(attempts), count(*) FILTER (WHERE status = 'quarantined') FROM outbox_events")
-            .fetch_one(db.pool())
+            .fetch_one(h.pool())
             .await
             .expect("attempts");
     assert_eq!(quarantined, 0, "an outage quarantines nothing, even past max_age");
     assert_eq!(max_attempts, 1, "every event was charged only with the attempt that reached the broker");
     relay.shutdown().await.expect("shutdown");
-    drop(recorder);
-    broker.close().await.expect("broker cleanup");
-    db.close().await.expect("db cleanup");
+    h.close().await.expect("cleanup");
 }
 
 /// A broker that answers but closes the channel over the messages (here: the exchange does not
@@ -220,36 +207,18 @@ async fn a_channel_the_broker_closes_is_charged_to_the_events_not_taken_for_an_o
 /// order, and none is charged more than the attempt that got it through.
 #[tokio::test]
 async fn a_connection_the_broker_closes_is_not_charged_to_the_events() {
-    let (db, broker, exchange, recorder) = setup().await;
-    let ids = fill(db.pool()).await;
+    let h = support::env().await;
+    let (recorder, ids) = (h.recorder(), fill(h.pool()).await);
     let name = format!("outage-test-{}", outbox_testkit::unique_suffix());
     let publisher = AmqpPublisher::builder(outbox_testkit::amqp_url()).connection_name(&name).build();
-    let relay = Relay::builder(db.connect_options().clone(), publisher)
-        .exchange(&exchange)
-        .declare_exchange(false)
-        .batch_size(200)
-        .confirm_window(400)
-        .build()
-        .expect("relay")
-        .spawn();
-    wait_for("the drain to be under way", Duration::from_secs(60), || async {
-        (recorder.count() >= 3_000).then_some(())
-    })
-    .await
-    .expect("busy");
+    let relay = relay(&h, h.db().connect_options().clone(), publisher).build().expect("relay").spawn();
+    under_way(recorder).await;
     assert_eq!(outbox_testkit::close_connections_named(&name).await.expect("rabbitmqctl"), 1);
 
-    assert_all_delivered_in_order(&recorder, &ids).await;
-    wait_for("every row marked published", Duration::from_secs(30), || async {
-        (count(db.pool(), "SELECT count(*) FROM outbox_events WHERE status = 'published'").await == ids.len() as i64)
-            .then_some(())
-    })
-    .await
-    .expect("all marked");
-    let charged = count(db.pool(), "SELECT count(*) FROM outbox_events WHERE attempts > 1").await;
+    assert_all_delivered_in_order(recorder, &ids).await;
+    all_marked(h.pool(), ids.len()).await;
+    let charged = count(h.pool(), "SELECT count(*) FROM outbox_events WHERE attempts > 1").await;
     assert_eq!(charged, 0, "the closed connection was charged to {charged} events");
     relay.shutdown().await.expect("shutdown");
-    drop(recorder);
-    broker.close().await.expect("broker cleanup");
-    db.close().await.expect("db cleanup");
+    h.close().await.expect("cleanup");
 }

@@ -5,9 +5,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use outbox_core::NewEvent;
-use outbox_producer::Outbox;
-use outbox_relay::{AmqpPublisher, Relay};
-use outbox_testkit::{ChaosProxy, Recorder, TestBroker, TestDb};
+use outbox_testkit::{ChaosProxy, Harness, TestDb};
 use sqlx::{Connection, PgConnection};
 
 fn pg_addr() -> SocketAddr {
@@ -51,52 +49,40 @@ async fn cut_refuse_stall_and_heal_on_a_postgres_connection() {
 /// relay reconnects through it and every event arrives, in order.
 #[tokio::test]
 async fn a_relay_survives_a_cut_broker_connection() {
-    let db = TestDb::new().await.expect("db");
-    let broker = TestBroker::new().await.expect("broker");
-    let exchange = broker.declare_exchange("events", lapin::ExchangeKind::Topic).await.expect("exchange");
-    let queue = broker.declare_queue("all").await.expect("queue");
-    broker.bind(&queue, &exchange, "#").await.expect("bind");
-    let recorder = Recorder::start(&queue).await.expect("recorder");
-    let proxy = ChaosProxy::start("127.0.0.1:5672".parse().expect("addr")).await.expect("proxy");
-    let url = format!("amqp://guest:guest@{}/%2f", proxy.addr());
-    let relay = Relay::builder(db.connect_options().clone(), AmqpPublisher::builder(url).build())
-        .exchange(&exchange)
-        .declare_exchange(false)
-        .retry_policy(
-            outbox_core::RetryPolicy::default()
-                .initial_delay(Duration::from_millis(100))
-                .max_delay(Duration::from_millis(500)),
-        )
-        .confirm_timeout(Duration::from_secs(1))
-        .lease(Duration::from_secs(3))
-        .build()
-        .expect("relay")
-        .spawn();
-
-    let outbox = Outbox::new();
+    let h = Harness::builder()
+        .relay_through_proxy()
+        .relay(|r| {
+            r.retry_policy(
+                outbox_core::RetryPolicy::default()
+                    .initial_delay(Duration::from_millis(100))
+                    .max_delay(Duration::from_millis(500)),
+            )
+            .confirm_timeout(Duration::from_secs(1))
+        })
+        .start()
+        .await
+        .expect("harness");
+    let proxy = h.relay_proxy().expect("the relay's proxy");
     let mut ids = Vec::new();
     for round in 0..2 {
         for i in 0..50 {
-            let mut tx = db.pool().begin().await.expect("begin");
+            let mut tx = h.pool().begin().await.expect("begin");
             let event =
                 NewEvent::json("t.e", &serde_json::json!({ "i": i })).expect("json").entity(format!("e-{}", i % 10));
-            ids.push(*outbox.enqueue(&mut *tx, event).await.expect("enqueue").as_uuid());
+            ids.push(*h.outbox().enqueue(&mut *tx, event).await.expect("enqueue").as_uuid());
             tx.commit().await.expect("commit");
         }
         if round == 0 {
-            recorder.wait_for_count(50, Duration::from_secs(20)).await.expect("first half through the proxy");
+            h.recorder().wait_for_count(50, Duration::from_secs(20)).await.expect("first half through the proxy");
             proxy.cut();
         }
     }
     outbox_testkit::wait_for("every event", Duration::from_secs(30), || async {
-        recorder.all_delivered(ids.iter().copied()).ok()
+        h.recorder().all_delivered(ids.iter().copied()).ok()
     })
     .await
     .expect("delivered after the cut");
-    relay.shutdown().await.expect("shutdown");
-    recorder.in_entity_order().expect("order");
-    drop(recorder);
-    drop(proxy);
-    broker.close().await.expect("cleanup");
-    db.close().await.expect("cleanup");
+    h.recorder().in_entity_order().expect("order");
+    assert!(proxy.connections() >= 2, "the relay reconnected through the proxy after the cut");
+    h.close().await.expect("cleanup");
 }
