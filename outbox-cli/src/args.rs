@@ -57,7 +57,8 @@ pub(crate) enum Command {
         #[arg(long)]
         inbox_only: bool,
     },
-    /// Print the state of the outbox: pending, oldest pending age, quarantined, published.
+    /// Print the state of the outbox: pending, held behind a quarantined event, oldest pending age,
+    /// quarantined, published, skipped.
     Status,
     /// Publish committed outbox rows to RabbitMQ until SIGTERM or SIGINT.
     Relay(RelayArgs),

@@ -1,5 +1,5 @@
-//! From a RabbitMQ delivery to an [`Event`], with every check a consumer needs before handing it
-//! to the inbox.
+//! From a received message (the wire contract's neutral form) to an [`Event`], with every check a
+//! consumer needs before handing it to the inbox.
 
 use outbox_core::wire::{self, DecodeError, WireMessage};
 use outbox_core::{Event, HeaderValue, Headers};

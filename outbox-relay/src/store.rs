@@ -24,8 +24,8 @@ pub(crate) struct Claimed {
 /// soon as it has a batch, and marking the index entries of published rows dead as it passes
 /// them. Without table statistics (a new table, or autovacuum off or behind) the planner prefers a
 /// bitmap scan that visits every pending row and every dead entry left since the last vacuum and
-/// sorts them, on every claim, and never marks an entry dead: at a steady load of 1,000 events/s
-/// the claim then took 5 ms for a handful of rows, and the commit-to-arrival latency doubled.
+/// sorts them, on every claim, and never marks an entry dead: the claim's cost then grows with the
+/// table instead of with the batch (figures in BENCHMARKS.md).
 pub(crate) const SESSION: [(&str, &str); 2] = [("enable_bitmapscan", "off"), ("enable_seqscan", "off")];
 
 /// Claims up to `batch` due rows whose predecessor is done or claimed with them, scanning pending
@@ -40,10 +40,9 @@ pub(crate) const SESSION: [(&str, &str); 2] = [("enable_bitmapscan", "off"), ("e
 /// every earlier row of its run (a row not due, or locked by another relay's claim, ends the run
 /// there). Only the heads have their predecessor looked up, in queue order,
 /// until `$2` rows to act on (ready, or to defer) are found; the head of an entity in flight is
-/// its first successor, and the lookup finds the predecessor leased. A relay draining many
-/// entities with a full confirm window otherwise looked up the predecessor of every successor in
-/// the scan: three quarters of a claim's lookups found a pending predecessor, and the lookups took
-/// two thirds of the claim's time. Rows in flight are left out of the scan (not merely skipped)
+/// its first successor, and the lookup finds the predecessor leased. Looking up the predecessor of
+/// every successor in the scan instead would, with many entities in flight, spend most of a claim
+/// on lookups that find a pending predecessor (figures in BENCHMARKS.md). Rows in flight are left out of the scan (not merely skipped)
 /// so that any number of relays, each with its window of rows in flight, still find ready rows.
 ///
 /// Readiness is read from the statement's snapshot without locking (a predecessor that is

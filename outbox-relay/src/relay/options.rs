@@ -261,8 +261,8 @@ impl<P: Publisher> RelayBuilder<P> {
     ///
     /// Every published row leaves a dead entry at the old end of the queue index, which each claim
     /// steps over until a vacuum removes it: without one the claim's cost grows with the rows
-    /// published since the last vacuum (a 1,000,000-row drain then slows to less than half its
-    /// rate), and autovacuum's default trigger (a fifth of the table) comes late for a large
+    /// published since the last vacuum (a long drain slows down as they pile up; figures in
+    /// BENCHMARKS.md), and autovacuum's default trigger (a fifth of the table) comes late for a large
     /// table. The vacuum takes no lock that claims, marks or producers wait for, skips the table
     /// when another vacuum holds it, and is a no-op with a warning in the server log when the
     /// relay's role does not own the table.
