@@ -33,18 +33,21 @@ mod failure;
 mod header;
 mod header_names;
 mod id;
+mod new_event;
 mod publish;
 mod redact;
 mod retry;
 mod status;
+mod validate;
 pub mod wire;
 
 pub use backoff::Backoff;
 pub use error::{EventError, Result};
-pub use event::{CONTENT_TYPE_JSON, Entity, Event, Limits, NewEvent, Payload};
+pub use event::{CONTENT_TYPE_JSON, Entity, Event, Payload};
 pub use failure::FailureKind;
 pub use header::{HeaderValue, Headers, RESERVED_HEADERS};
 pub use id::EventId;
+pub use new_event::{Limits, NewEvent};
 pub use publish::{
     ConfirmFuture, ExchangeKind, OutgoingMessage, PublishFailure, PublishOutcome, Publisher, partition_for,
 };

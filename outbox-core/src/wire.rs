@@ -216,7 +216,7 @@ pub fn decode(message: WireMessage) -> Result<Event, DecodeError> {
         .parse()
         .map_err(|_| DecodeError::InvalidMessageId)?;
     let event_type = properties.kind.ok_or(DecodeError::MissingEventType)?;
-    crate::event::validate_event_type(&event_type).map_err(DecodeError::InvalidEventType)?;
+    crate::validate::validate_event_type(&event_type).map_err(DecodeError::InvalidEventType)?;
     let content_type = properties.content_type.ok_or(DecodeError::MissingContentType)?;
 
     let version = take_int(&mut headers, HEADER_EVENT_VERSION, "an integer from 1 to 2^32-1")?
@@ -231,7 +231,7 @@ pub fn decode(message: WireMessage) -> Result<Event, DecodeError> {
     let entity = match (entity_key, seq) {
         (None, None) => None,
         (Some(key), Some(seq)) => {
-            crate::event::validate_entity_key(&key).map_err(|_| DecodeError::InvalidHeader {
+            crate::validate::validate_entity_key(&key).map_err(|_| DecodeError::InvalidHeader {
                 name: HEADER_ENTITY,
                 expected: "1 to 255 bytes without control characters",
             })?;

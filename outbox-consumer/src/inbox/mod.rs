@@ -1,9 +1,13 @@
 //! The inbox: a tower middleware that applies each event's effect once and in per-entity order.
 
 mod layer;
+mod parked;
+mod repair;
+mod service;
 pub(crate) mod store;
 
-pub use layer::{InboxLayer, InboxService};
+pub use layer::InboxLayer;
+pub use service::InboxService;
 
 use outbox_core::Event;
 use sqlx::{PgConnection, Postgres, Transaction};

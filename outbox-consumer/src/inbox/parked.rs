@@ -1,0 +1,99 @@
+//! Events that arrived ahead of their entity's next: held back, then applied in order when their
+//! gap fills (right after the predecessor, or by the periodic sweep).
+
+use outbox_core::Event;
+use tower::Service;
+
+use super::{InboxRequest, InboxService, Outcome, store};
+use crate::Result;
+
+/// Holds back an ordered event that is not its entity's next (the entity being at `last`): one at
+/// or below `last` is recorded as stale, one further ahead is stored in the parking. Returns the
+/// outcome if it was held back, `None` if it is next (or unordered).
+pub(super) async fn hold_back(
+    tx: &mut sqlx::PgConnection,
+    consumer: &str,
+    event: &Event,
+    last: i64,
+) -> Result<Option<Outcome>> {
+    let Some(entity) = &event.entity else { return Ok(None) };
+    let seq = i64::try_from(entity.seq).unwrap_or(i64::MAX);
+    if seq <= last {
+        store::mark_stale(tx, consumer, event.id, last).await?;
+        return Ok(Some(Outcome::Stale));
+    }
+    if seq > last + 1 {
+        store::store_content(tx, consumer, event, "parked", None).await?;
+        tracing::debug!(event_id = %event.id, entity = %entity.key, seq, last, "inbox.parked");
+        return Ok(Some(Outcome::Parked));
+    }
+    Ok(None)
+}
+
+impl<S> InboxService<S>
+where
+    S: Service<InboxRequest, Response = InboxRequest> + Clone + Send + 'static,
+    S::Error: Into<tower::BoxError>,
+    S::Future: Send,
+{
+    /// Applies the entity's parked events that are now next, in order, each in its own
+    /// transaction. Stops at the first that is missing or fails (it stays parked, or is recorded
+    /// as failed); returns how many were applied.
+    pub(super) async fn apply_parked(&self, inner: &mut S, key: &str) -> usize {
+        let mut applied = 0;
+        loop {
+            match self.apply_next_parked(inner, key).await {
+                Ok(Some(next_parked)) => {
+                    applied += 1;
+                    if !next_parked {
+                        return applied;
+                    }
+                }
+                Ok(None) => return applied,
+                Err(e) => {
+                    tracing::warn!(entity = %key, error = %e, "inbox.parked_failed");
+                    return applied;
+                }
+            }
+        }
+    }
+
+    /// Applies the entity's next event if it is parked; returns `None` if it is not, or whether the
+    /// one after it is parked too.
+    pub(super) async fn apply_next_parked(&self, inner: &mut S, key: &str) -> Result<Option<bool>> {
+        let consumer = &*self.consumer;
+        let mut tx = self.pool.begin().await?;
+        let last = store::lock_entity(&mut tx, consumer, key, 0).await?;
+        let Some(event) = store::parked_at(&mut tx, consumer, key, last + 1).await? else {
+            tx.rollback().await?;
+            return Ok(None);
+        };
+        store::mark_processed(&mut tx, consumer, event.id).await?;
+        let request = self.run_or_record(inner, event, tx).await?;
+        let (event, mut tx) = request.into_parts();
+        let next_parked = store::advance(&mut tx, consumer, key, last + 1).await?;
+        tx.commit().await?;
+        metrics::counter!(crate::metrics::EVENTS, "consumer" => consumer.to_owned(), "outcome" => "applied_from_parking")
+            .increment(1);
+        tracing::debug!(event_id = %event.id, entity = %key, seq = last + 1, "inbox.unparked");
+        Ok(Some(next_parked))
+    }
+
+    /// Applies parked events whose gap has filled but which were not applied yet (after a handler
+    /// failure or a crash between two transactions). The AMQP runner calls this periodically;
+    /// returns how many were applied.
+    ///
+    /// # Errors
+    /// A database error.
+    pub async fn sweep_parked(&self) -> Result<usize> {
+        let mut conn = self.pool.acquire().await?;
+        let keys = store::ready_entities(&mut conn, &self.consumer, 100).await?;
+        drop(conn);
+        let mut inner = self.inner.clone();
+        let mut applied = 0;
+        for key in keys {
+            applied += self.apply_parked(&mut inner, &key).await;
+        }
+        Ok(applied)
+    }
+}
