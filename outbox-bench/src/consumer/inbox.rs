@@ -1,0 +1,96 @@
+//! Phases 2 to 5 as the benchmark drives them: the consumer process applies the queue's events,
+//! then drops the replayed ones as duplicates, each phase verified, and its peak RSS is read.
+
+use std::time::Duration;
+
+use outbox_consumer::RunnerStats;
+use outbox_core::wire::WireMessage;
+use outbox_testkit::TestDb;
+use tokio::time::Instant;
+
+use super::stats::{CONSUMING, STATS, handled, parse_stats};
+use super::verify::{check_stats, verify};
+use super::{CONSUMER, Plan, REPLAY_KEY, Target, fill};
+use crate::BoxError;
+use crate::figure::comment;
+use crate::process::Subprocess;
+
+/// How often the benchmark asks the consumer process how far it got.
+const POLL: Duration = Duration::from_millis(5);
+
+/// What the consumer process measured.
+#[derive(Debug)]
+pub(super) struct Measured {
+    /// Until every event was applied.
+    pub(super) inbox: Duration,
+    /// Until every duplicate was dropped.
+    pub(super) duplicates: Duration,
+    /// Peak RSS of the process, kB.
+    pub(super) peak_kib: u64,
+}
+
+/// Starts the consumer process on the filled queue, times its applying every event, then has it
+/// consume `replayed` again from the second queue and times its dropping them; verifies both
+/// phases and reads the process's peak RSS before it shuts down.
+pub(super) async fn inbox(
+    db: &TestDb,
+    target: Target<'_>,
+    plan: Plan,
+    replayed: &[WireMessage],
+) -> Result<Measured, BoxError> {
+    let pool = db.pool();
+    let args = ["consumer-process", "--queue", target.queue, "--consumer", CONSUMER];
+    let mut process = Subprocess::spawn("the consumer process", &args, &db.url(), target.url).await?;
+    let outcome = async {
+        let start = Instant::now();
+        let (inbox, stats) = await_handled(&mut process, plan.events, start, plan.limit).await?;
+        comment(format_args!("inbox: {stats:?} after {:.3} s", inbox.as_secs_f64()));
+        check_stats(&stats, plan.events, 0)?;
+        verify(pool, plan).await?;
+
+        fill(target, "duplicates", REPLAY_KEY, replayed).await?;
+        let start = Instant::now();
+        let answer = process.request(&format!("consume {}", target.replay)).await?;
+        if answer != CONSUMING {
+            return Err(format!("the consumer process did not start consuming the duplicates: {answer:?}").into());
+        }
+        let expected = plan.events + plan.duplicates;
+        let (duplicates, stats) = await_handled(&mut process, expected, start, plan.limit).await?;
+        comment(format_args!("duplicates: {stats:?} after {:.3} s", duplicates.as_secs_f64()));
+        check_stats(&stats, plan.events, plan.duplicates)?;
+        verify(pool, plan).await?;
+
+        // Read the peak before the shutdown, which allocates nothing worth measuring.
+        let (peak_kib, now_kib) = process.memory().await?;
+        comment(format_args!("consumer process memory after both phases: VmHWM {peak_kib} kB, VmRSS {now_kib} kB"));
+        Ok::<_, BoxError>(Measured { inbox, duplicates, peak_kib })
+    }
+    .await;
+    let stopped = process.stop().await;
+    let measured = outcome?;
+    stopped?;
+    Ok(measured)
+}
+
+/// Polls the consumer process until it has handled `expected` deliveries in all (applied,
+/// duplicate, stale, parked or dead-lettered), or fails after `limit`.
+async fn await_handled(
+    process: &mut Subprocess,
+    expected: u64,
+    start: Instant,
+    limit: Duration,
+) -> Result<(Duration, RunnerStats), BoxError> {
+    loop {
+        let stats = parse_stats(&process.request(STATS).await?)?;
+        if handled(&stats) >= expected {
+            return Ok((start.elapsed(), stats));
+        }
+        if start.elapsed() >= limit {
+            return Err(
+                format!("the consumer handled {} of {expected} deliveries within {limit:?}", handled(&stats)).into()
+            );
+        }
+        process.check_alive()?;
+        tokio::time::sleep(POLL).await;
+    }
+}

@@ -1,0 +1,196 @@
+//! The consumer benchmark: how many events per second the inbox applies compared with what a raw
+//! consumer takes from the same queue, what dropping a duplicate costs, and how much memory a
+//! consumer process needs.
+//!
+//! One run, one fresh database ([`TestDb`], with the inbox migrations and a business table
+//! `shipments`) and one broker topology ([`TestBroker`], deleted at the end): a durable topic
+//! exchange and a durable queue declared as a consumer declares it ([`outbox_consumer::declare_queue`]:
+//! dead-letter exchange and queue), bound with `order.updated`, plus a second queue of the same
+//! kind bound with `order.replayed` for the duplicates. Every message is wire contract v1 of the
+//! producer benchmark's ~300-byte JSON payload, with its own event id, an entity key and a sequence
+//! number, as the relay sends it (event `i` belongs to entity `i % entities`, the stream
+//! interleaved across entities), persistent, published with confirms and 1,024 in flight before
+//! any consumer starts. Both consumers take them with the same prefetch ([`PREFETCH`]).
+//!
+//! Phases, in order:
+//!
+//! 1. `raw`: fill the queue, then one lapin consumer that decodes nothing and acks every message on
+//!    its own (no multiple-ack; the acks are not awaited one by one): the ceiling. The clock runs from its
+//!    connecting to the broker to its last ack; afterwards the queue must be empty.
+//! 2. `inbox`: fill the queue again with as many fresh events, then start a consumer process
+//!    (`outbox-bench consumer-process`): an [`InboxRunner`](outbox_consumer::InboxRunner) with the
+//!    runner's default prefetch and concurrency and a pool of one connection per concurrent
+//!    delivery, feeding an [`InboxLayer`](outbox_consumer::InboxLayer) around a handler that
+//!    upserts the entity's row of `shipments` (order id, total, status, version = the event's
+//!    sequence, and a count of applications) in the inbox's transaction, and refuses an event whose
+//!    sequence does not follow the stored version. The clock runs from the process saying it is
+//!    ready (its pool connected, the runner started) until it has acknowledged every delivery.
+//! 3. Verification: the runner applied every event, directly or after parking it (with 16
+//!    deliveries in hand a successor can overtake its predecessor; the inbox parks it and applies
+//!    it right after the predecessor), none stale or dead-lettered; every entity's row holds its
+//!    last sequence as version and was applied exactly as many times as the entity has events; the
+//!    inbox holds exactly one processed row per event. Otherwise the benchmark fails.
+//! 4. `duplicates`: publish the first tenth of the applied events again, unchanged, to the second
+//!    queue, then tell the consumer process to consume it too; the clock runs until every one was
+//!    dropped as a duplicate. Verified again: nothing else happened and the business table and the
+//!    inbox did not change.
+//! 5. The consumer process's peak RSS (`VmHWM`), read before it shuts down.
+//!
+//! This file holds the command: its plan, the topology, the fills and the figures. The rest, one
+//! concern per file: the raw consumer (`raw`), the inbox phases driven from here (`inbox`), the
+//! checks of counts and effects (`verify`), the counts the consumer process reports (`stats`), the
+//! business table and its handler (`shipments`) and the consumer process, the hidden command
+//! `consumer-process` (`process`).
+
+mod inbox;
+mod process;
+mod raw;
+mod shipments;
+mod stats;
+mod verify;
+
+use std::time::Duration;
+
+use outbox_core::wire::WireMessage;
+use outbox_testkit::{TestBroker, TestDb};
+
+use self::inbox::inbox;
+pub(crate) use self::process::{ProcessArgs, process};
+use self::shipments::CREATE_SHIPMENTS;
+use crate::BoxError;
+use crate::amqp::{PUBLISH_WINDOW, publish_confirmed, wire_message};
+use crate::figure::{Value, comment, figure};
+use crate::machine;
+use crate::producer::{EVENT_TYPE, event};
+use crate::relay::with_db;
+
+/// Unacknowledged deliveries the broker sends ahead: the runner's default, used by both consumers.
+const PREFETCH: u16 = 64;
+/// Transactions the runner has open at once: its default.
+const CONCURRENCY: usize = 8;
+/// Deliveries per transaction at most: the runner's default.
+const BATCH: usize = 16;
+/// Connections of the consumer process's pool: one per transaction, and room for the sweeper.
+const POOL: u32 = 16;
+/// The inbox's consumer name.
+const CONSUMER: &str = "bench-shipping";
+/// Routing key of the duplicates, bound to the second queue only.
+const REPLAY_KEY: &str = "order.replayed";
+
+/// Sizes of one benchmark run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Plan {
+    /// Events of each fill.
+    events: u64,
+    /// Entities they are spread over.
+    entities: u64,
+    /// Applied events published again.
+    duplicates: u64,
+    /// How long a phase may take before the benchmark fails.
+    limit: Duration,
+}
+
+impl Plan {
+    /// Full: 100,000 events over 1,000 entities, 10,000 duplicates, each phase within 5 minutes.
+    /// Quick: 5,000 events over 100 entities, 500 duplicates, each phase within a minute.
+    pub(crate) fn new(quick: bool) -> Self {
+        if quick {
+            Self { events: 5_000, entities: 100, duplicates: 500, limit: Duration::from_secs(60) }
+        } else {
+            Self { events: 100_000, entities: 1_000, duplicates: 10_000, limit: Duration::from_secs(300) }
+        }
+    }
+}
+
+/// Where the benchmark publishes and consumes.
+#[derive(Debug, Clone, Copy)]
+struct Target<'a> {
+    url: &'a str,
+    exchange: &'a str,
+    queue: &'a str,
+    replay: &'a str,
+}
+
+/// Runs the consumer benchmark and prints its figures.
+pub(crate) async fn run(plan: Plan) -> Result<(), BoxError> {
+    let broker = TestBroker::new().await?;
+    let outcome = with_db(async |db| bench(db, &broker, plan).await).await;
+    let closed = broker.close().await;
+    outcome?;
+    closed?;
+    Ok(())
+}
+
+async fn bench(db: &TestDb, broker: &TestBroker, plan: Plan) -> Result<(), BoxError> {
+    machine::describe(db.pool()).await;
+    let exchange = broker.declare_exchange("bench.consumer", lapin::ExchangeKind::Topic).await?;
+    let queue = broker.name("bench.consumer");
+    let replay = broker.name("bench.consumer.replay");
+    for (name, key) in [(&queue, EVENT_TYPE), (&replay, REPLAY_KEY)] {
+        // Remembered first, so that whatever was declared is deleted even if a declaration fails.
+        broker.remember_queue(name);
+        broker.remember_queue(&format!("{name}.dead"));
+        broker.remember_exchange(&format!("{name}.dlx"));
+        outbox_consumer::declare_queue(broker.channel(), &exchange, name, &[key]).await?;
+    }
+    sqlx::raw_sql(CREATE_SHIPMENTS).execute(db.pool()).await?;
+    let target = Target { url: broker.url(), exchange: &exchange, queue: &queue, replay: &replay };
+    describe(plan)?;
+
+    // 1: the raw ceiling.
+    let raw_rate = raw::ceiling(broker, target, plan).await?;
+
+    // 2 to 5: the inbox in a consumer process.
+    let events = messages(plan)?;
+    fill(target, "inbox", EVENT_TYPE, &events).await?;
+    let replayed = usize::try_from(plan.duplicates)?;
+    let measured = inbox(db, target, plan, &events[..replayed]).await?;
+
+    let inbox_rate = plan.events as f64 / measured.inbox.as_secs_f64();
+    let drop_rate = plan.duplicates as f64 / measured.duplicates.as_secs_f64();
+    figure("consumer_events", Value::Count(plan.events), "events");
+    figure("consumer_raw_msgs_per_s", Value::Rate(raw_rate), "msgs/s");
+    figure("consumer_inbox_events_per_s", Value::Rate(inbox_rate), "events/s");
+    figure("consumer_inbox_ratio", Value::Ratio(inbox_rate / raw_rate), "x");
+    figure("consumer_duplicate_drop_per_s", Value::Rate(drop_rate), "events/s");
+    figure("consumer_peak_rss_mib", Value::Mebibytes(measured.peak_kib as f64 / 1024.0), "MiB");
+    Ok(())
+}
+
+/// Prints what the run measures and how, as `#` lines.
+fn describe(plan: Plan) -> Result<(), BoxError> {
+    comment(format_args!(
+        "consumer: {} events over {} entities per phase, payload {} bytes, wire contract v1 (event id, entity, \
+         sequence), persistent, published with confirms ({PUBLISH_WINDOW} in flight) to a durable topic exchange \
+         -> durable queue with a dead-letter exchange; prefetch {PREFETCH} for both consumers",
+        plan.events,
+        plan.entities,
+        event(1)?.event_payload().bytes().len()
+    ));
+    comment(format_args!(
+        "consumer: raw = one lapin consumer, no decoding, one basic.ack per message (up to {PREFETCH} in \
+         flight); inbox = InboxRunner (prefetch {PREFETCH}, concurrency {CONCURRENCY}, batches of up to {BATCH}, \
+         the defaults) + InboxLayer \
+         in a child process with a pool of {POOL} connections, handler upserts `shipments` in the inbox's \
+         transaction"
+    ));
+    Ok(())
+}
+
+/// The events of one fill, each with a fresh event id.
+fn messages(plan: Plan) -> Result<Vec<WireMessage>, BoxError> {
+    (0..plan.events).map(|i| wire_message(i, plan.entities)).collect()
+}
+
+/// Publishes `messages` with confirms to the benchmark exchange with `routing_key`, which routes
+/// them to one queue; `what` names the phase.
+async fn fill(target: Target<'_>, what: &str, routing_key: &str, messages: &[WireMessage]) -> Result<(), BoxError> {
+    let took = publish_confirmed(target.url, target.exchange, routing_key, messages.iter().cloned().map(Ok)).await?;
+    comment(format_args!(
+        "{what}: queue filled with {} messages in {:.2} s ({:.1} msgs/s)",
+        messages.len(),
+        took.as_secs_f64(),
+        messages.len() as f64 / took.as_secs_f64()
+    ));
+    Ok(())
+}

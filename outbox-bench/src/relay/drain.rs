@@ -1,0 +1,197 @@
+//! Draining a backlog: by the relay process (phase 2, with its peak RSS) or by a relay in-process
+//! (phase 4), waiting until every row is published or the drain is cut off, and reporting it.
+
+use std::time::Duration;
+
+use outbox_testkit::TestDb;
+use sqlx::PgPool;
+use tokio::process::Child;
+use tokio::time::Instant;
+
+use super::arrivals::Arrivals;
+use super::fill::fill;
+use super::in_process::InProcess;
+use super::{Backlog, Target};
+use crate::BoxError;
+use crate::figure::comment;
+use crate::process::Subprocess;
+
+/// Polled while a drain runs: stops at the first pending row, unlike the full counts of
+/// `admin::stats`, so that polling does not load the database being measured.
+const ANY_PENDING: &str = "SELECT EXISTS (SELECT 1 FROM outbox_events WHERE status = 'pending')";
+/// Where the pending rows of a drain that was cut off stand: claimed, due or deferred, and whether
+/// their predecessor is done (ready) or not (blocked).
+const PENDING_STATE: &str = "\
+SELECT count(*) FILTER (WHERE lease_owner IS NULL AND next_attempt_at <= now() AND NOT ready),
+       count(*) FILTER (WHERE lease_owner IS NULL AND next_attempt_at <= now() AND ready),
+       count(*) FILTER (WHERE lease_owner IS NULL AND next_attempt_at > now() AND ready),
+       count(*) FILTER (WHERE lease_owner IS NULL AND next_attempt_at > now() AND NOT ready),
+       count(*) FILTER (WHERE lease_owner IS NOT NULL)
+FROM (SELECT e.lease_owner, e.next_attempt_at, (p.status IS NULL OR p.status IN ('published', 'skipped')) AS ready
+      FROM outbox_events e
+      LEFT JOIN outbox_events p ON p.entity_key = e.entity_key AND p.seq = e.seq - 1
+      WHERE e.status = 'pending') AS pending";
+
+/// How a drain went, from the start of the relay.
+#[derive(Debug)]
+struct Drained {
+    backlog: u64,
+    /// Rows marked `published` at the end: the whole backlog, unless the drain was cut off.
+    published: u64,
+    /// Until every message arrived at the consumer (`None` if the drain was cut off first).
+    arrived: Option<Duration>,
+    /// Until every row was marked `published`, or until the drain was cut off.
+    elapsed: Duration,
+    /// When each tenth of the backlog had arrived.
+    tenths: Vec<Duration>,
+}
+
+impl Drained {
+    fn complete(&self) -> bool {
+        self.published >= self.backlog
+    }
+
+    /// Rows marked published per second.
+    fn rate(&self) -> f64 {
+        self.published as f64 / self.elapsed.as_secs_f64()
+    }
+
+    /// The rate of each tenth of the drain, to see whether it slows down as it goes.
+    fn tenth_rates(&self) -> String {
+        let mut previous = Duration::ZERO;
+        let mut rates = Vec::new();
+        for &at in &self.tenths {
+            let secs = (at - previous).as_secs_f64();
+            rates.push(format!("{:.0}", self.backlog as f64 / 10.0 / secs.max(f64::EPSILON)));
+            previous = at;
+        }
+        rates.join(" ")
+    }
+}
+
+/// Waits until every message arrived and every row is marked published, or until `limit` has
+/// passed since `start` (then the drain is cut off and its rate is what it published until then);
+/// fails if the relay process ends early.
+async fn await_drain(
+    pool: &PgPool,
+    arrivals: &Arrivals,
+    backlog: u64,
+    start: Instant,
+    limit: Duration,
+    mut child: Option<&mut Child>,
+) -> Result<Drained, BoxError> {
+    loop {
+        if let Some(all) = arrivals.all()
+            && !sqlx::query_scalar::<_, bool>(ANY_PENDING).fetch_one(pool).await?
+        {
+            let elapsed = start.elapsed();
+            let arrived = Some(all.saturating_duration_since(start));
+            return Ok(Drained { backlog, published: backlog, arrived, elapsed, tenths: arrivals.tenths(start) });
+        }
+        if start.elapsed() >= limit {
+            let elapsed = start.elapsed();
+            let published = outbox_producer::admin::stats(pool).await?.published;
+            let (due_blocked, due_ready, deferred_ready, deferred_blocked, in_flight): (i64, i64, i64, i64, i64) =
+                sqlx::query_as(PENDING_STATE).fetch_one(pool).await?;
+            comment(format_args!(
+                "drain of {backlog} events cut off after {:.1} s: {} messages arrived, {published} rows published; \
+                 pending: {in_flight} claimed, {due_ready} due and ready, {due_blocked} due behind their \
+                 predecessor, {deferred_blocked} deferred behind their predecessor, {deferred_ready} deferred \
+                 although their predecessor is published (a lost wake-up)",
+                elapsed.as_secs_f64(),
+                arrivals.count()
+            ));
+            let published = u64::try_from(published)?;
+            return Ok(Drained { backlog, published, arrived: None, elapsed, tenths: arrivals.tenths(start) });
+        }
+        if let Some(child) = child.as_deref_mut()
+            && let Some(status) = child.try_wait()?
+        {
+            return Err(format!("the relay process ended during the drain: {status}").into());
+        }
+        let poll = if arrivals.all().is_some() { 5 } else { 20 };
+        tokio::time::sleep(Duration::from_millis(poll)).await;
+    }
+}
+
+fn report_drain(what: &str, entities: u64, filled: Duration, drained: &Drained) {
+    let arrived = drained.arrived.map_or_else(|| "not all".to_owned(), |d| format!("{:.3} s", d.as_secs_f64()));
+    comment(format_args!(
+        "{what}: {} events over {entities} entities filled in {:.1} s; all arrived after {arrived}; \
+         {} marked published after {:.3} s: {:.1} events/s{}",
+        drained.backlog,
+        filled.as_secs_f64(),
+        drained.published,
+        drained.elapsed.as_secs_f64(),
+        drained.rate(),
+        if drained.complete() { "" } else { " (CUT OFF)" }
+    ));
+    if drained.backlog >= 100_000 {
+        comment(format_args!("{what}: events/s per tenth of the backlog: {}", drained.tenth_rates()));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Drain by a relay process
+
+/// What the drain phase measured.
+#[derive(Debug)]
+pub(super) struct Drain {
+    pub(super) rate: f64,
+    pub(super) peak_rss_mib: f64,
+}
+
+/// Fills a backlog, drains it with the relay process and returns its rate and the process's peak
+/// RSS.
+pub(super) async fn drain_in_child(db: &TestDb, target: Target<'_>, backlog: Backlog) -> Result<Drain, BoxError> {
+    let filled = fill(db, backlog.events, backlog.entities).await?;
+    target.purge().await?;
+    let arrivals = Arrivals::start(target, backlog.events, false).await?;
+    let outcome = async {
+        let args = ["relay-process", "--exchange", target.exchange];
+        let mut process = Subprocess::spawn("the relay process", &args, &db.url(), target.url).await?;
+        let start = Instant::now();
+        let drained =
+            await_drain(db.pool(), &arrivals, backlog.events, start, backlog.limit, Some(&mut process.child)).await;
+        // Read the peak before the shutdown, which allocates nothing worth measuring.
+        let memory = process.memory().await;
+        let stopped = process.stop().await;
+        let drained = drained?;
+        let (peak_kib, now_kib) = memory?;
+        stopped?;
+        Ok::<_, BoxError>((drained, peak_kib, now_kib))
+    }
+    .await;
+    let stopped = arrivals.stop().await;
+    let (drained, peak_kib, now_kib) = outcome?;
+    stopped?;
+    target.purge().await?;
+    report_drain("drain (relay process)", backlog.entities, filled, &drained);
+    comment(format_args!("relay process memory after the drain: VmHWM {peak_kib} kB, VmRSS {now_kib} kB"));
+    Ok(Drain { rate: drained.rate(), peak_rss_mib: peak_kib as f64 / 1024.0 })
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Backlog size
+
+/// Fills a backlog, drains it with an in-process relay and returns events per second.
+pub(super) async fn drain_in_process(db: &TestDb, target: Target<'_>, backlog: Backlog) -> Result<f64, BoxError> {
+    let filled = fill(db, backlog.events, backlog.entities).await?;
+    target.purge().await?;
+    let arrivals = Arrivals::start(target, backlog.events, false).await?;
+    let outcome = async {
+        let relay = InProcess::start(db, target).await?;
+        let drained = await_drain(db.pool(), &arrivals, backlog.events, Instant::now(), backlog.limit, None).await;
+        let stopped = relay.stop().await;
+        let drained = drained?;
+        stopped?;
+        Ok::<_, BoxError>(drained)
+    }
+    .await;
+    let stopped = arrivals.stop().await;
+    let drained = outcome?;
+    stopped?;
+    target.purge().await?;
+    report_drain("backlog (relay in-process)", backlog.entities, filled, &drained);
+    Ok(drained.rate())
+}

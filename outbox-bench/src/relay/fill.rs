@@ -1,0 +1,67 @@
+//! Filling a backlog of committed events, as a workload would have written it while the relay was
+//! down, and bringing the table to a comparable state before it is drained.
+
+use std::time::Duration;
+
+use futures::future::try_join_all;
+use outbox_producer::Outbox;
+use outbox_testkit::TestDb;
+use sqlx::Connection as _;
+use sqlx::postgres::PgPoolOptions;
+use tokio::time::Instant;
+
+use crate::BoxError;
+use crate::figure::comment;
+use crate::producer::event;
+
+/// Concurrent connections filling a backlog, each with entities of its own.
+const FILLERS: u64 = 4;
+/// Events per `enqueue_many` transaction when filling a backlog.
+const FILL_BATCH: u64 = 2_000;
+
+const PREPARE: &str = "VACUUM ANALYZE outbox_events, outbox_entity_sequences";
+
+/// Writes `total` events over `entities` with `enqueue_many`, as a workload would have: event `i`
+/// belongs to entity `i % entities`, and [`FILLERS`] connections write at once, each the events of
+/// its own entities (so they never wait on each other's sequence counters), [`FILL_BATCH`] per
+/// transaction. Then brings the table to a comparable state. Returns how long the writing took.
+pub(super) async fn fill(db: &TestDb, total: u64, entities: u64) -> Result<Duration, BoxError> {
+    let fillers = FILLERS.min(entities);
+    let pool = PgPoolOptions::new()
+        .max_connections(u32::try_from(fillers)?)
+        .connect_with(db.connect_options().clone())
+        .await?;
+    let start = Instant::now();
+    let tasks = (0..fillers).map(|filler| {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let outbox = Outbox::new();
+            let mut conn = pool.acquire().await?;
+            let mine: Vec<u64> = (filler..total).step_by(usize::try_from(fillers)?).collect();
+            for chunk in mine.chunks(usize::try_from(FILL_BATCH)?) {
+                let events = chunk
+                    .iter()
+                    .map(|i| {
+                        let order = i64::try_from(i % entities + 1)?;
+                        Ok(event(order)?.entity(format!("order-{order}")))
+                    })
+                    .collect::<Result<Vec<_>, BoxError>>()?;
+                let mut tx = conn.begin().await?;
+                outbox.enqueue_many(&mut tx, events).await?;
+                tx.commit().await?;
+            }
+            Ok::<(), BoxError>(())
+        })
+    });
+    let outcome = try_join_all(tasks).await;
+    pool.close().await;
+    for done in outcome? {
+        done?;
+    }
+    let took = start.elapsed();
+    sqlx::raw_sql(PREPARE).execute(db.pool()).await?;
+    if let Err(e) = sqlx::raw_sql("CHECKPOINT").execute(db.pool()).await {
+        comment(format_args!("CHECKPOINT skipped: {e}"));
+    }
+    Ok(took)
+}

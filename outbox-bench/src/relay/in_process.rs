@@ -1,0 +1,52 @@
+//! A relay in-process, as the latency and backlog-size phases run it.
+
+use outbox_core::{ExchangeKind, Publisher};
+use outbox_relay::{AmqpPublisher, Relay, RelayHandle};
+use outbox_testkit::TestDb;
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+
+use super::Target;
+use super::settings::{RELAY_CONNECTIONS, experiment};
+use crate::BoxError;
+
+/// An in-process relay with default settings over `db`, publishing to the benchmark exchange.
+/// Its publisher is connected before it starts, so a measurement does not include the connection.
+pub(super) struct InProcess {
+    pool: PgPool,
+    publisher: AmqpPublisher,
+    handle: RelayHandle,
+}
+
+impl InProcess {
+    pub(super) async fn start(db: &TestDb, target: Target<'_>) -> Result<Self, BoxError> {
+        let pool =
+            PgPoolOptions::new().max_connections(RELAY_CONNECTIONS).connect_with(db.connect_options().clone()).await?;
+        let publisher = AmqpPublisher::builder(target.url).connection_name("outbox-bench-relay").build();
+        if let Err(f) = publisher.declare_exchange(target.exchange, ExchangeKind::Topic).await {
+            pool.close().await;
+            return Err(format!("cannot connect the relay's publisher: {} ({})", f.reason, f.kind).into());
+        }
+        let relay = experiment(
+            Relay::builder(pool.connect_options().as_ref().clone(), publisher.clone())
+                .exchange(target.exchange)
+                .declare_exchange(false),
+        );
+        let handle = match relay.build() {
+            Ok(relay) => relay.spawn(),
+            Err(e) => {
+                publisher.close().await;
+                pool.close().await;
+                return Err(e.into());
+            }
+        };
+        Ok(Self { pool, publisher, handle })
+    }
+
+    pub(super) async fn stop(self) -> Result<(), BoxError> {
+        let stopped = self.handle.shutdown().await;
+        self.publisher.close().await;
+        self.pool.close().await;
+        Ok(stopped?)
+    }
+}

@@ -1,0 +1,259 @@
+//! The relay benchmark: how fast one relay drains a backlog compared with what the broker takes,
+//! how long a committed event needs to reach a consumer at a steady load, whether a large backlog
+//! slows the drain down, and how much memory a relay process needs.
+//!
+//! Every phase uses the same broker topology: a durable topic exchange and one durable queue bound
+//! with `#` ([`TestBroker`], deleted at the end), and messages of the same shape: wire contract v1
+//! of the producer benchmark's ~300-byte JSON payload with an entity key, persistent, `mandatory`,
+//! routing key `order.updated`. In every phase one consumer with automatic acknowledgement is
+//! attached to the queue (on a connection of its own): it counts arrivals, or timestamps them in the
+//! latency phase. So every phase is measured the same way and the queue stays short instead of
+//! growing to a depth that would slow the broker down; the queue is also purged between phases.
+//!
+//! Phases, in order:
+//!
+//! 1. `ceiling`, before and after each drain: raw lapin publishing with publisher confirms, 1,024
+//!    messages in flight (sliding window): what the broker takes on this machine. Each drain is
+//!    compared with the mean of the rounds on either side of it, so with the broker's state around
+//!    it.
+//! 2. `drain`: three times (once with `--quick`), alternating with the ceiling rounds; the round
+//!    with the median ratio gives the figures, the peak RSS is the highest of all rounds. Each
+//!    round drains a backlog of committed events, written with `enqueue_many` interleaved across its
+//!    entities, drained by one relay with default settings (only the exchange is set, and not
+//!    declared). The relay runs as a child process of this benchmark (`outbox-bench relay-process`)
+//!    so that its peak RSS (`VmHWM`) is its own. The clock starts when the child says it is ready
+//!    (connected to the database, about to run) and stops when every row is marked `published`.
+//! 3. `latency`: one event per transaction at a steady 1,000 events/s over 100 entities (ten
+//!    producer tasks, each committing once per 10 ms tick, their ticks spread evenly so that one
+//!    commit arrives every millisecond), relay in-process with defaults. Latency
+//!    is the consumer's arrival time minus the moment `COMMIT` returned to the producer.
+//! 4. `backlog`: the drain rate of a large backlog against a small one over the same 1,000 entities,
+//!    each in a fresh database, relay in-process with defaults. The small backlog is drained before
+//!    and after the large one (each in its own database) and its rate is the mean of both.
+//!
+//! Before every drain the table is brought to a comparable state, the one a backlog that built up
+//! while the relay was down has where autovacuum runs: `VACUUM ANALYZE`, then `CHECKPOINT`. Every
+//! drain has a time limit ([`Plan::new`]) well above what a relay near its targets needs; a drain
+//! still running then is cut off, its rate counts the rows it published until then, and a `#` line
+//! says where the pending rows stand (claimed, due, deferred; ready or behind their predecessor).
+//!
+//! This file holds the command: its plan, the order of the phases and the figures they print. The
+//! rest, one concern per file: the consumer attached in every phase (`arrivals`), the broker's
+//! ceiling (`ceiling`), filling a backlog (`fill`), draining it and reporting the drain (`drain`),
+//! the latency phase (`latency`), the relay's settings (`settings`), a relay in-process
+//! (`in_process`) and the relay process, the hidden command `relay-process` (`process`).
+
+mod arrivals;
+mod ceiling;
+mod drain;
+mod fill;
+mod in_process;
+mod latency;
+mod process;
+mod settings;
+
+use std::time::Duration;
+
+use lapin::Channel;
+use lapin::options::QueuePurgeOptions;
+use outbox_testkit::{TestBroker, TestDb};
+
+use self::ceiling::ceiling;
+use self::drain::{drain_in_child, drain_in_process};
+use self::latency::measure_latency;
+pub(crate) use self::process::{ProcessArgs, process};
+use crate::BoxError;
+use crate::figure::{Value, comment, figure};
+use crate::producer::event;
+
+/// A backlog to drain: its size, its entities, and how long the drain may take before it is cut
+/// off (far longer than a relay near its targets needs; a cut-off drain counts what it published).
+#[derive(Debug, Clone, Copy)]
+struct Backlog {
+    events: u64,
+    entities: u64,
+    limit: Duration,
+}
+
+/// Sizes and durations of one benchmark run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Plan {
+    /// Messages of each raw-publishing round.
+    ceiling_messages: u64,
+    /// The backlog the relay process drains.
+    drain: Backlog,
+    /// How many times it is drained (the round with the median ratio is reported).
+    drain_rounds: u32,
+    /// Latency phase: warm-up (not measured), then the measured window.
+    latency_warmup: Duration,
+    latency_window: Duration,
+    /// The backlog-size comparison.
+    small: Backlog,
+    large: Backlog,
+}
+
+impl Plan {
+    /// Full: 100,000 raw messages per ceiling round, three drains of 100,000 events over 1,000
+    /// entities (each cut off after 90 s), 30 s of latency, 1,000,000 (180 s) against 10,000
+    /// events (30 s) over 1,000 entities. Quick: 10,000 raw messages, 10,000 events over 100 entities (15 s), 5 s of
+    /// latency, 100,000 (30 s) against 10,000 events (10 s).
+    pub(crate) fn new(quick: bool) -> Self {
+        let secs = Duration::from_secs;
+        if quick {
+            Self {
+                ceiling_messages: 10_000,
+                drain: Backlog { events: 10_000, entities: 100, limit: secs(15) },
+                drain_rounds: 1,
+                latency_warmup: Duration::from_millis(500),
+                latency_window: secs(5),
+                small: Backlog { events: 10_000, entities: 1_000, limit: secs(10) },
+                large: Backlog { events: 100_000, entities: 1_000, limit: secs(30) },
+            }
+        } else {
+            // For experiments only: `OUTBOX_BENCH_RELAY_DRAIN_ENTITIES` spreads the drained
+            // backlog over another number of entities (the figures are defined with 1,000).
+            let entities = std::env::var("OUTBOX_BENCH_RELAY_DRAIN_ENTITIES")
+                .ok()
+                .and_then(|v| v.parse::<u64>().ok())
+                .filter(|n| *n > 0)
+                .unwrap_or(1_000);
+            Self {
+                ceiling_messages: 100_000,
+                drain: Backlog { events: 100_000, entities, limit: secs(90) },
+                drain_rounds: 3,
+                latency_warmup: secs(1),
+                latency_window: secs(30),
+                small: Backlog { events: 10_000, entities: 1_000, limit: secs(30) },
+                large: Backlog { events: 1_000_000, entities: 1_000, limit: secs(180) },
+            }
+        }
+    }
+}
+
+/// Where every phase publishes and consumes.
+#[derive(Debug, Clone, Copy)]
+struct Target<'a> {
+    url: &'a str,
+    exchange: &'a str,
+    queue: &'a str,
+    /// The test broker's channel, for purging.
+    admin: &'a Channel,
+}
+
+impl Target<'_> {
+    async fn purge(&self) -> Result<(), BoxError> {
+        self.admin.queue_purge(self.queue.into(), QueuePurgeOptions::default()).await?;
+        Ok(())
+    }
+}
+
+/// Whether a phase runs: all by default; `OUTBOX_BENCH_RELAY_PHASES` (a comma-separated subset of
+/// `drain`, `latency`, `backlog`) narrows an experiment down.
+fn phase(name: &str) -> bool {
+    std::env::var("OUTBOX_BENCH_RELAY_PHASES").map_or(true, |phases| phases.split(',').any(|p| p.trim() == name))
+}
+
+/// Runs the relay benchmark and prints its figures.
+pub(crate) async fn run(plan: Plan) -> Result<(), BoxError> {
+    let broker = TestBroker::new().await?;
+    let outcome = bench(&broker, plan).await;
+    let closed = broker.close().await;
+    outcome?;
+    closed?;
+    Ok(())
+}
+
+async fn bench(broker: &TestBroker, plan: Plan) -> Result<(), BoxError> {
+    let exchange = broker.declare_exchange("bench.relay", lapin::ExchangeKind::Topic).await?;
+    let queue = broker.declare_queue("bench.relay").await?;
+    broker.bind(&queue, &exchange, "#").await?;
+    let target = Target { url: broker.url(), exchange: &exchange, queue: &queue, admin: broker.channel() };
+    comment(format_args!(
+        "relay: payload {} bytes, durable topic exchange -> one durable queue (#), persistent, mandatory; \
+         one auto-ack consumer attached in every phase",
+        event(1)?.event_payload().bytes().len()
+    ));
+
+    if phase("drain") {
+        drain_phase(target, plan).await?;
+    }
+    if phase("latency") {
+        latency_phase(target, plan).await?;
+    }
+    if phase("backlog") {
+        backlog_phase(target, plan).await?;
+    }
+    comment(
+        "target: relay_drain_ratio >= 0.6, relay_latency_p99_ms <= 25 with relay_latency_p50_ms <= 5, \
+         relay_backlog_1m_ratio >= 0.9, relay_peak_rss_mib <= 64",
+    );
+    Ok(())
+}
+
+async fn drain_phase(target: Target<'_>, plan: Plan) -> Result<(), BoxError> {
+    // 1 and 2: drains alternating with ceiling rounds (ceiling, drain, ceiling, drain, ...); each
+    // drain is set against the mean of the ceilings on either side of it, and the round with the
+    // median ratio gives the figures. The capacity of a shared host drifts within a minute, so one
+    // drain against one pair of ceilings varies from run to run.
+    let mut rounds = Vec::new();
+    let mut before = ceiling(target, plan.ceiling_messages).await?;
+    let mut peak_rss_mib: f64 = 0.0;
+    for round in 1..=plan.drain_rounds {
+        let drain = with_db(async |db| drain_in_child(db, target, plan.drain).await).await?;
+        let after = ceiling(target, plan.ceiling_messages).await?;
+        let ceiling = (before + after) / 2.0;
+        let ratio = drain.rate / ceiling;
+        comment(format_args!(
+            "drain round {round}: ceiling {ceiling:.1} msgs/s, drain {:.1} events/s, ratio {ratio:.3}",
+            drain.rate
+        ));
+        peak_rss_mib = peak_rss_mib.max(drain.peak_rss_mib);
+        rounds.push((ratio, ceiling, drain.rate));
+        before = after;
+    }
+    rounds.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (ratio, ceiling, rate) = rounds[rounds.len() / 2];
+    figure("broker_ceiling_msgs_per_s", Value::Rate(ceiling), "msgs/s");
+    figure("relay_drain_backlog_events", Value::Count(plan.drain.events), "events");
+    figure("relay_drain_events_per_s", Value::Rate(rate), "events/s");
+    figure("relay_drain_ratio", Value::Ratio(ratio), "x");
+    figure("relay_peak_rss_mib", Value::Mebibytes(peak_rss_mib), "MiB");
+    Ok(())
+}
+
+async fn latency_phase(target: Target<'_>, plan: Plan) -> Result<(), BoxError> {
+    // 3: latency at a steady load.
+    let latency = with_db(async |db| measure_latency(db, target, plan).await).await?;
+    figure("relay_latency_offered_events_per_s", Value::Rate(latency.offered), "events/s");
+    figure("relay_latency_samples", Value::Count(latency.samples), "events");
+    figure("relay_latency_p50_ms", Value::Millis(latency.p50), "ms");
+    figure("relay_latency_p99_ms", Value::Millis(latency.p99), "ms");
+    figure("relay_latency_max_ms", Value::Millis(latency.max), "ms");
+    Ok(())
+}
+
+async fn backlog_phase(target: Target<'_>, plan: Plan) -> Result<(), BoxError> {
+    // 4: a large backlog against a small one, the small one before and after the large one.
+    let small_before = with_db(async |db| drain_in_process(db, target, plan.small).await).await?;
+    let large = with_db(async |db| drain_in_process(db, target, plan.large).await).await?;
+    let small_after = with_db(async |db| drain_in_process(db, target, plan.small).await).await?;
+    let small = (small_before + small_after) / 2.0;
+    comment(format_args!(
+        "relay_backlog_1m_ratio: {} events against {} events, both over {} entities",
+        plan.large.events, plan.small.events, plan.large.entities
+    ));
+    figure("relay_backlog_small_events_per_s", Value::Rate(small), "events/s");
+    figure("relay_backlog_large_events_per_s", Value::Rate(large), "events/s");
+    figure("relay_backlog_1m_ratio", Value::Ratio(large / small), "x");
+    Ok(())
+}
+
+/// Runs `phase` in a fresh database and drops the database afterwards, also when the phase failed.
+pub(crate) async fn with_db<T>(phase: impl AsyncFnOnce(&TestDb) -> Result<T, BoxError>) -> Result<T, BoxError> {
+    let db = TestDb::new().await?;
+    let outcome = phase(&db).await;
+    let closed = db.close().await;
+    let value = outcome?;
+    closed?;
+    Ok(value)
+}

@@ -1,0 +1,49 @@
+//! The relay process, the hidden command `relay-process`: one relay with default settings in a
+//! process of its own, so that the drain phase measures its peak RSS alone.
+
+use outbox_relay::{AmqpPublisher, Relay};
+use sqlx::postgres::PgPoolOptions;
+
+use super::settings::{RELAY_CONNECTIONS, experiment};
+use crate::BoxError;
+use crate::process::{READY, Urls, init_child_logging, stdin_lines};
+
+/// Arguments of the hidden `relay-process` command. The URLs come from the environment, where
+/// `relay` puts them.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ProcessArgs {
+    #[command(flatten)]
+    urls: Urls,
+    /// Exchange to publish to (it must exist: the relay does not declare it).
+    #[arg(long)]
+    exchange: String,
+}
+
+/// The relay process: one relay with default settings (a pool of 4 connections, as `outbox relay`
+/// opens) until SIGTERM, SIGINT or the end of standard input, then a graceful shutdown.
+pub(crate) async fn process(args: ProcessArgs) -> Result<(), BoxError> {
+    init_child_logging();
+    let pool = PgPoolOptions::new().max_connections(RELAY_CONNECTIONS).connect(&args.urls.database_url).await?;
+    let publisher = AmqpPublisher::builder(args.urls.amqp_url).connection_name("outbox-bench-relay").build();
+    let relay = experiment(
+        Relay::builder(pool.connect_options().as_ref().clone(), publisher.clone())
+            .exchange(args.exchange)
+            .declare_exchange(false),
+    )
+    .build()?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut stdin = stdin_lines();
+    println!("{READY}");
+    let outcome = relay
+        .run(async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+                () = async { while stdin.recv().await.is_some() {} } => {}
+            }
+        })
+        .await;
+    publisher.close().await;
+    pool.close().await;
+    Ok(outcome?)
+}
