@@ -11,6 +11,10 @@ use outbox_testkit::TestDb;
 use sqlx::PgPool;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 
+mod support;
+
+use support::{apply, effects, effects_table};
+
 fn event(entity: Option<(&str, u64)>, amount: i64) -> Event {
     let mut event = NewEvent::json("order.changed", &serde_json::json!({ "amount": amount }))
         .expect("json")
@@ -20,35 +24,6 @@ fn event(entity: Option<(&str, u64)>, amount: i64) -> Event {
         event = event.entity(key);
     }
     event.into_event(entity.map(|(_, seq)| seq), SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123))
-}
-
-async fn effects_table(pool: &PgPool) {
-    sqlx::query(
-        "CREATE TABLE effects (n bigserial PRIMARY KEY, entity text, seq bigint, amount bigint, event_id uuid)",
-    )
-    .execute(pool)
-    .await
-    .expect("create effects");
-}
-
-/// The handler: one row per applied event, in the consumer's transaction.
-async fn apply(mut req: InboxRequest) -> Result<InboxRequest, HandlerError> {
-    let amount =
-        req.event().payload.json::<serde_json::Value>().map_err(|_| HandlerError::permanent("not JSON"))?["amount"]
-            .as_i64();
-    let (entity, seq) = match &req.event().entity {
-        Some(e) => (Some(e.key.clone()), Some(e.seq as i64)),
-        None => (None, None),
-    };
-    let id = *req.event().id.as_uuid();
-    sqlx::query("INSERT INTO effects (entity, seq, amount, event_id) VALUES ($1, $2, $3, $4)")
-        .bind(entity)
-        .bind(seq)
-        .bind(amount)
-        .bind(id)
-        .execute(req.conn())
-        .await?;
-    Ok(req)
 }
 
 /// The `apply` handler, except that while `fail` is set it refuses the events `refuse` picks, as a
@@ -69,14 +44,6 @@ fn refusing(
             apply(req).await
         }
     })
-}
-
-async fn effects(pool: &PgPool, entity: &str) -> Vec<i64> {
-    sqlx::query_scalar("SELECT seq FROM effects WHERE entity = $1 ORDER BY n")
-        .bind(entity)
-        .fetch_all(pool)
-        .await
-        .expect("effects")
 }
 
 #[tokio::test]

@@ -15,6 +15,10 @@ use outbox_testkit::{Harness, wait_for};
 use sqlx::PgPool;
 use tower::Layer;
 
+mod support;
+
+use support::{count_effects, effects, effects_table};
+
 type Handler = tower::util::ServiceFn<
     fn(InboxRequest) -> std::pin::Pin<Box<dyn Future<Output = Result<InboxRequest, HandlerError>> + Send>>,
 >;
@@ -26,41 +30,12 @@ fn event(entity: &str, seq: u64) -> Event {
         .into_event(Some(seq), SystemTime::now())
 }
 
-async fn effects_table(pool: &PgPool) {
-    sqlx::query("CREATE TABLE effects (n bigserial PRIMARY KEY, entity text, seq bigint, event_id uuid)")
-        .execute(pool)
-        .await
-        .expect("create");
-}
-
-fn apply(mut req: InboxRequest) -> std::pin::Pin<Box<dyn Future<Output = Result<InboxRequest, HandlerError>> + Send>> {
-    Box::pin(async move {
-        let (entity, seq) = req.event().entity.as_ref().map(|e| (e.key.clone(), e.seq as i64)).unzip();
-        let id = *req.event().id.as_uuid();
-        sqlx::query("INSERT INTO effects (entity, seq, event_id) VALUES ($1, $2, $3)")
-            .bind(entity)
-            .bind(seq)
-            .bind(id)
-            .execute(req.conn())
-            .await?;
-        Ok(req)
-    })
+fn apply(req: InboxRequest) -> std::pin::Pin<Box<dyn Future<Output = Result<InboxRequest, HandlerError>> + Send>> {
+    Box::pin(support::apply(req))
 }
 
 fn service(pool: &PgPool) -> InboxService<Handler> {
     InboxLayer::new(pool.clone(), "shipping").layer(tower::service_fn(apply as fn(_) -> _))
-}
-
-async fn effects(pool: &PgPool, entity: &str) -> Vec<i64> {
-    sqlx::query_scalar("SELECT seq FROM effects WHERE entity = $1 ORDER BY n")
-        .bind(entity)
-        .fetch_all(pool)
-        .await
-        .expect("effects")
-}
-
-async fn count_effects(pool: &PgPool) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM effects").fetch_one(pool).await.expect("count")
 }
 
 /// A test database with the `effects` table, a broker with the consumer's queue and its dead
