@@ -61,7 +61,7 @@ pub(crate) enum Command {
     /// quarantined, published, skipped.
     Status,
     /// Publish committed outbox rows to RabbitMQ until SIGTERM or SIGINT.
-    Relay(RelayArgs),
+    Relay(Box<RelayArgs>),
 }
 
 /// Exchange types the relay can declare.
@@ -123,6 +123,10 @@ pub(crate) struct RelayArgs {
     /// Name recorded as the owner of this relay's claims.
     #[arg(long)]
     pub(crate) relay_id: Option<String>,
+    /// Serve /metrics (Prometheus text format), /healthz and /readyz on this address, for example
+    /// 127.0.0.1:9464. Off unless given, so that several relays can run on one host.
+    #[arg(long, env = "OUTBOX_METRICS_ADDR")]
+    pub(crate) metrics_addr: Option<std::net::SocketAddr>,
 }
 
 impl Cli {
@@ -208,7 +212,7 @@ mod tests {
 
     fn relay_args(extra: &[&str]) -> RelayArgs {
         match relay(extra).map(|cli| cli.command) {
-            Ok(Command::Relay(args)) => args,
+            Ok(Command::Relay(args)) => *args,
             other => panic!("expected relay arguments, got {other:?}"),
         }
     }

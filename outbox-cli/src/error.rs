@@ -51,6 +51,12 @@ pub(crate) enum CliError {
     /// The relay failed (invalid setting, the relay stopped).
     #[error("{0}")]
     Relay(#[from] outbox_relay::Error),
+    /// The metrics endpoint's address cannot be bound.
+    #[error("cannot listen on {0} for --metrics-addr: {1}")]
+    Listen(std::net::SocketAddr, std::io::Error),
+    /// The metrics recorder cannot be installed.
+    #[error("cannot install the metrics recorder: {0}")]
+    Metrics(String),
     /// The signal handlers could not be installed.
     #[error("signal handler: {0}")]
     Signal(#[from] std::io::Error),

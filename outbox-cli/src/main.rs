@@ -35,6 +35,7 @@ mod migrate;
 mod relay;
 mod retry;
 mod schema;
+mod serve;
 mod signal;
 mod status;
 
@@ -62,7 +63,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             let mut conn = connect::within(&options, timeout).await?;
             status::run(&mut conn).await
         }
-        Command::Relay(args) => relay::run(options, timeout, args).await,
+        Command::Relay(args) => relay::run(options, timeout, *args).await,
     }
 }
 

@@ -9,6 +9,7 @@ use sqlx::postgres::PgConnectOptions;
 
 use crate::args::{ExchangeKindArg, RelayArgs};
 use crate::error::CliError;
+use crate::serve::Probed;
 use crate::signal::Shutdown;
 
 /// Runs the relay until SIGTERM or SIGINT; a signal during the start-up waits ends it cleanly
@@ -20,8 +21,16 @@ use crate::signal::Shutdown;
 pub(crate) async fn run(db: PgConnectOptions, connect_timeout: Duration, args: RelayArgs) -> Result<(), CliError> {
     let shutdown = Shutdown::install()?;
     let publisher = crate::broker::publisher(&args.amqp_url)?;
-    let outcome = start_and_run(db, connect_timeout, args, &publisher, shutdown).await;
+    let probed = Probed::default();
+    let endpoint = match args.metrics_addr {
+        Some(addr) => Some(crate::serve::start(addr, probed.clone()).await?),
+        None => None,
+    };
+    let outcome = start_and_run(db, connect_timeout, args, &publisher, shutdown, &probed).await;
     publisher.close().await;
+    if let Some(endpoint) = endpoint {
+        endpoint.abort();
+    }
     outcome
 }
 
@@ -31,6 +40,7 @@ async fn start_and_run(
     args: RelayArgs,
     publisher: &AmqpPublisher,
     shutdown: Shutdown,
+    probed: &Probed,
 ) -> Result<(), CliError> {
     let Some(mut conn) = crate::connect::patiently(&db, connect_timeout, &shutdown).await? else {
         return Ok(());
@@ -41,6 +51,7 @@ async fn start_and_run(
         return Ok(());
     }
     let relay = relay(db, publisher.clone(), args)?;
+    let _ = probed.set(relay.clone());
     Ok(relay.run(async move { shutdown.requested().await }).await?)
 }
 

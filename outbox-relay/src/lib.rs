@@ -33,7 +33,7 @@ pub use error::{Error, Result};
 pub use outbox_amqp::{AmqpPublisher, AmqpPublisherBuilder};
 #[cfg(feature = "fail-points")]
 pub use relay::CrashPoint;
-pub use relay::{BatchReport, Relay, RelayBuilder, RelayHandle};
+pub use relay::{BatchReport, Health, Relay, RelayBuilder, RelayHandle};
 pub use routing::{ByEventType, Partitioned, RoutingStrategy};
 
 /// The README's code blocks, compiled as doc tests so they cannot rot.

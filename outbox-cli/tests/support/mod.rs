@@ -120,3 +120,17 @@ pub fn assert_failed_with(status: ExitStatus, lines: &[String], needle: &str) ->
     assert!(!all.contains("panicked") && !all.contains(" at line "), "panic or source position:\n{all}");
     errors[0].clone()
 }
+
+/// A plain HTTP/1.1 GET of `path` on `127.0.0.1:port`: the status code and the body, or `None`
+/// if nothing answers.
+pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, body.to_owned()))
+}

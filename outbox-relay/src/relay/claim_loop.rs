@@ -185,6 +185,7 @@ impl<P: Publisher> Relay<P> {
             while let Some(done) = flight.tasks.try_join_next() {
                 flight.settled(done)?;
             }
+            self.shared.health.went_round(flight.paused);
             if *stop.borrow() {
                 break;
             }
@@ -253,11 +254,15 @@ impl<P: Publisher> Relay<P> {
         let since_start = |d: Duration| d.saturating_sub(started.elapsed());
         let token = Uuid::new_v4();
         match self.claim(limit, token).await {
-            Ok(claimed) if claimed.is_empty() => Ok(Next::Wait(Some(match self.idle_wait(quiet_since).await {
-                IdleWait::FastPoll => since_start(s.fast_poll_interval),
-                IdleWait::For(wait) => wait,
-            }))),
+            Ok(claimed) if claimed.is_empty() => {
+                self.shared.health.database_answered(true);
+                Ok(Next::Wait(Some(match self.idle_wait(quiet_since).await {
+                    IdleWait::FastPoll => since_start(s.fast_poll_interval),
+                    IdleWait::For(wait) => wait,
+                })))
+            }
             Ok(claimed) => {
+                self.shared.health.database_answered(true);
                 *quiet_since = None;
                 if self.shared.listening.swap(false, Ordering::SeqCst)
                     && let Err(e) = store::unlisten(&self.shared.pool, &s.relay_id).await
@@ -277,6 +282,7 @@ impl<P: Publisher> Relay<P> {
                 if matches!(e, Error::Database(_)) {
                     // The claim may have taken rows before its answer was lost.
                     flight.orphaned.push(token);
+                    self.shared.health.database_answered(false);
                 }
                 Ok(Next::Wait(Some(flight.database_failed())))
             }

@@ -21,6 +21,7 @@ mod claim;
 mod claim_loop;
 mod deliver;
 mod handle;
+mod health;
 mod options;
 mod outcome;
 mod record;
@@ -29,6 +30,7 @@ mod tasks;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use outbox_core::Publisher;
 use sqlx::PgPool;
@@ -39,6 +41,8 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 pub use handle::RelayHandle;
+pub use health::Health;
+use health::HealthState;
 #[cfg(feature = "fail-points")]
 pub use options::CrashPoint;
 pub use options::RelayBuilder;
@@ -67,6 +71,8 @@ struct Shared<P> {
     /// same moment would see the same ready rows and split them between them (`SKIP LOCKED`), each
     /// paying a full scan for half a batch.
     claiming: tokio::sync::Mutex<()>,
+    /// What the claim loop tells liveness and readiness probes.
+    health: HealthState,
 }
 
 /// Publishes committed outbox rows to the broker.
@@ -120,6 +126,19 @@ impl<P: Publisher> Relay<P> {
     /// The id this relay records as the owner of its claims.
     pub fn relay_id(&self) -> &str {
         &self.shared.settings.relay_id
+    }
+
+    /// When the claim loop last went round, and whether the database and the broker answer it:
+    /// what a liveness or readiness probe asks.
+    pub fn health(&self) -> Health {
+        self.shared.health.snapshot()
+    }
+
+    /// How long the claim loop may go without a round before a liveness probe should call it
+    /// stalled: three poll intervals, and at least 30 s (a claim on a busy server can take
+    /// seconds).
+    pub fn liveness_window(&self) -> Duration {
+        (self.shared.settings.poll_interval * 3).max(Duration::from_secs(30))
     }
 
     /// Runs the relay as a task of the current runtime.

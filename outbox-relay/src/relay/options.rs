@@ -319,6 +319,7 @@ impl<P: Publisher> RelayBuilder<P> {
                 published_since_vacuum: AtomicU64::new(0),
                 vacuum_due: Notify::new(),
                 claiming: tokio::sync::Mutex::new(()),
+                health: Default::default(),
             }),
         })
     }

@@ -1,0 +1,74 @@
+//! The relay's HTTP endpoint (`--metrics-addr`): `/metrics` in the Prometheus text format,
+//! `/healthz` (the claim loop goes round) and `/readyz` (the database and the broker answer it).
+
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use outbox_relay::{AmqpPublisher, Relay};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::error::CliError;
+
+/// The relay the probes ask, set once it is built (before that, the command waits for its
+/// servers: alive, not ready).
+pub(crate) type Probed = Arc<OnceLock<Relay<AmqpPublisher>>>;
+
+#[derive(Clone)]
+struct Endpoint {
+    metrics: PrometheusHandle,
+    relay: Probed,
+}
+
+/// Binds `addr` and installs the Prometheus recorder, before anything else starts, so that a port
+/// that cannot be bound is a start-up error with its cause.
+///
+/// # Errors
+/// [`CliError::Listen`] if the address cannot be bound; [`CliError::Metrics`] if a recorder is
+/// already installed.
+pub(crate) async fn start(addr: SocketAddr, relay: Probed) -> Result<JoinHandle<()>, CliError> {
+    let listener = TcpListener::bind(addr).await.map_err(|e| CliError::Listen(addr, e))?;
+    let metrics = PrometheusBuilder::new().install_recorder().map_err(|e| CliError::Metrics(e.to_string()))?;
+    let app = Router::new()
+        .route("/metrics", get(metrics_text))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(Endpoint { metrics, relay });
+    tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
+    Ok(tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::warn!(error = %e, "the metrics endpoint stopped");
+        }
+    }))
+}
+
+async fn metrics_text(State(endpoint): State<Endpoint>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], endpoint.metrics.render())
+}
+
+async fn healthz(State(endpoint): State<Endpoint>) -> (StatusCode, &'static str) {
+    match endpoint.relay.get() {
+        None => (StatusCode::OK, "starting\n"),
+        Some(relay) if relay.health().is_live(relay.liveness_window()) => (StatusCode::OK, "ok\n"),
+        Some(_) => (StatusCode::SERVICE_UNAVAILABLE, "the claim loop stalled\n"),
+    }
+}
+
+async fn readyz(State(endpoint): State<Endpoint>) -> (StatusCode, &'static str) {
+    let Some(relay) = endpoint.relay.get() else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "waiting for the database and the broker\n");
+    };
+    let health = relay.health();
+    match (health.is_ready(), health.database_reachable, health.broker_reachable) {
+        (true, ..) => (StatusCode::OK, "ready\n"),
+        (false, false, _) => (StatusCode::SERVICE_UNAVAILABLE, "the database does not answer\n"),
+        (false, _, false) => (StatusCode::SERVICE_UNAVAILABLE, "the broker cannot be reached\n"),
+        (false, ..) => (StatusCode::SERVICE_UNAVAILABLE, "starting\n"),
+    }
+}
