@@ -123,6 +123,10 @@ pub(crate) struct RelayArgs {
     /// Name recorded as the owner of this relay's claims.
     #[arg(long)]
     pub(crate) relay_id: Option<String>,
+    /// Seconds between two reads of the backlog into the gauges (outbox_events_waiting, ...).
+    /// At most one day.
+    #[arg(long, default_value = "10", value_parser = seconds)]
+    pub(crate) gauge_interval_secs: Duration,
     /// Serve /metrics (Prometheus text format), /healthz and /readyz on this address, for example
     /// 127.0.0.1:9464. Off unless given, so that several relays can run on one host.
     #[arg(long, env = "OUTBOX_METRICS_ADDR")]
@@ -232,6 +236,7 @@ mod tests {
         assert_eq!(args.shutdown_deadline_secs, defaults::SHUTDOWN_DEADLINE);
         assert_eq!(args.poll_interval_ms, defaults::POLL_INTERVAL);
         assert_eq!(args.exchange, defaults::EXCHANGE);
+        assert_eq!(args.gauge_interval_secs, defaults::GAUGE_INTERVAL);
         let counts = (args.batch_size, args.confirm_window, args.vacuum_after_rows);
         assert_eq!(counts, (defaults::BATCH_SIZE, defaults::CONFIRM_WINDOW, defaults::VACUUM_AFTER_ROWS));
         assert_eq!(args.partitions, None);

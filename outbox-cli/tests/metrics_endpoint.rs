@@ -19,7 +19,7 @@ fn relay(h: &Harness, port: u16) -> std::process::Command {
 fn relay_via(h: &Harness, port: u16, amqp_url: &str) -> std::process::Command {
     let mut cmd = outbox();
     cmd.arg("relay")
-        .args(["--exchange", h.exchange(), "--no-declare-exchange"])
+        .args(["--exchange", h.exchange(), "--no-declare-exchange", "--gauge-interval-secs", "0.2"])
         .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
         .env("DATABASE_URL", h.db().url())
         .env("AMQP_URL", amqp_url);
@@ -105,10 +105,24 @@ async fn readiness_follows_a_broker_outage() {
     let why = wait_status(port, "/readyz", 503, Duration::from_secs(60)).await;
     assert!(why.contains("broker"), "the reason names the broker: {why}");
     assert_eq!(http_get(port, "/healthz").await.map(|(s, _)| s), Some(200), "paused, not dead");
+    let waiting = wait_for("the backlog gauges", Duration::from_secs(30), || async {
+        let (_, page) = http_get(port, "/metrics").await?;
+        let aged = sample(&page, "outbox_oldest_waiting_age_seconds")? > 0.0;
+        (sample(&page, "outbox_events_waiting") == Some(EVENTS as f64) && aged).then_some(page)
+    })
+    .await
+    .expect("the waiting events on /metrics");
+    assert_eq!(sample(&waiting, "outbox_events_held"), Some(0.0), "nothing held:\n{waiting}");
 
     proxy.heal();
     h.recorder().wait_for_count(EVENTS, Duration::from_secs(60)).await.expect("published after the outage");
     wait_status(port, "/readyz", 200, Duration::from_secs(60)).await;
+    wait_for("the backlog gauges to drop to zero", Duration::from_secs(30), || async {
+        let (_, page) = http_get(port, "/metrics").await?;
+        (sample(&page, "outbox_events_waiting") == Some(0.0)).then_some(())
+    })
+    .await
+    .expect("nothing waiting");
     running.signal("-TERM");
     let (status, lines) = running.finish(Duration::from_secs(60)).await;
     assert_eq!(status.code(), Some(0), "clean exit on SIGTERM:\n{}", lines.join("\n"));

@@ -34,3 +34,5 @@ pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(10);
 pub const EXCHANGE: &str = "outbox.events";
 /// Rows marked published after which the relay vacuums `outbox_events` itself.
 pub const VACUUM_AFTER_ROWS: u64 = 100_000;
+/// How often a relay reads the backlog into its gauges.
+pub const GAUGE_INTERVAL: Duration = Duration::from_secs(10);

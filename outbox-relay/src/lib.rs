@@ -23,6 +23,7 @@
 
 pub mod defaults;
 mod error;
+mod gauges;
 mod metrics;
 mod relay;
 mod routing;

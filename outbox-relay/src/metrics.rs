@@ -2,7 +2,7 @@
 //! and its description in one place. [`describe`] is called when a relay is built, so that an
 //! exporter installed before shows the descriptions.
 
-use ::metrics::{Unit, describe_counter, describe_histogram};
+use ::metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
 
 /// Events the broker confirmed and the relay recorded as published (counter).
 pub(crate) const PUBLISHED: &str = "outbox_published_total";
@@ -29,6 +29,17 @@ pub(crate) const RECORD_SECONDS: &str = "outbox_relay_record_seconds";
 /// How long a vacuum took (histogram, seconds).
 pub(crate) const VACUUM_SECONDS: &str = "outbox_relay_vacuum_seconds";
 
+/// Events waiting to be published, held ones included (gauge; exact up to 100,000).
+pub(crate) const WAITING: &str = "outbox_events_waiting";
+/// Events held behind a quarantined event of their entity (gauge).
+pub(crate) const HELD: &str = "outbox_events_held";
+/// Age of the oldest waiting event (gauge, seconds).
+pub(crate) const OLDEST_WAITING: &str = "outbox_oldest_waiting_age_seconds";
+/// Age of the oldest held event (gauge, seconds).
+pub(crate) const OLDEST_HELD: &str = "outbox_oldest_held_age_seconds";
+/// Events quarantined now, label `kind` (gauge).
+pub(crate) const QUARANTINED_NOW: &str = "outbox_events_quarantined";
+
 /// Registers the description and unit of every relay metric with the installed recorder.
 pub(crate) fn describe() {
     describe_counter!(PUBLISHED, "Events the broker confirmed and the relay recorded as published.");
@@ -37,6 +48,11 @@ pub(crate) fn describe() {
     describe_counter!(PUBLISH_FAILURES, "Failed publishes by classified kind (label kind).");
     describe_counter!(CLAIMS, "Claims of the relay (label found: rows or none).");
     describe_counter!(VACUUMS, "Vacuums of outbox_events run by the relay.");
+    describe_gauge!(WAITING, "Events waiting to be published, held ones included (exact up to 100,000).");
+    describe_gauge!(HELD, "Events held behind a quarantined event of their entity.");
+    describe_gauge!(OLDEST_WAITING, Unit::Seconds, "Age of the oldest waiting event.");
+    describe_gauge!(OLDEST_HELD, Unit::Seconds, "Age of the oldest held event.");
+    describe_gauge!(QUARANTINED_NOW, "Events quarantined now, by failure kind (label kind).");
     describe_histogram!(COMMIT_TO_CONFIRM, Unit::Seconds, "From an event's commit to the broker's confirm.");
     describe_histogram!(PUBLISH_TO_CONFIRM, Unit::Seconds, "From a message's publish to its confirm.");
     describe_histogram!(AGE_AT_CLAIM, Unit::Seconds, "An event's age when a relay claimed it.");

@@ -171,6 +171,7 @@ impl<P: Publisher> Relay<P> {
             let listener = tokio::spawn(tasks::listen(self.shared.clone()).in_current_span());
             let maintenance = tokio::spawn(tasks::maintain(self.shared.clone()).in_current_span());
             let vacuum = tokio::spawn(tasks::vacuum(self.shared.clone()).in_current_span());
+            let gauges = tokio::spawn(tasks::gauges(self.shared.clone()).in_current_span());
             tracing::info!(batch_size = s.batch_size, confirm_window = s.confirm_window, "relay started");
 
             tokio::pin!(shutdown);
@@ -182,6 +183,7 @@ impl<P: Publisher> Relay<P> {
             listener.abort();
             maintenance.abort();
             vacuum.abort();
+            gauges.abort();
             if self.shared.crashed.load(Ordering::SeqCst) {
                 tasks.abort_all();
                 return Err(Error::Crashed);

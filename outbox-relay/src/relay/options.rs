@@ -50,6 +50,7 @@ pub(super) struct Settings {
     pub(super) app_id: Option<String>,
     pub(super) synchronous_commit: bool,
     pub(super) vacuum_after: Option<u64>,
+    pub(super) gauge_interval: Option<Duration>,
     #[cfg(feature = "fail-points")]
     pub(super) crash_at: Option<CrashPoint>,
 }
@@ -109,6 +110,7 @@ impl<P: Publisher> RelayBuilder<P> {
                 app_id: None,
                 synchronous_commit: false,
                 vacuum_after: Some(defaults::VACUUM_AFTER_ROWS),
+                gauge_interval: Some(defaults::GAUGE_INTERVAL),
                 #[cfg(feature = "fail-points")]
                 crash_at: None,
             },
@@ -269,6 +271,18 @@ impl<P: Publisher> RelayBuilder<P> {
     #[must_use]
     pub fn vacuum_after(mut self, rows: Option<u64>) -> Self {
         self.settings.vacuum_after = rows.filter(|n| *n > 0);
+        self
+    }
+
+    /// Sets how often the relay reads the backlog into its gauges (`outbox_events_waiting`,
+    /// `outbox_events_held`, the oldest ages, `outbox_events_quarantined`), or `None` for never.
+    /// Defaults to 10 s. The query is served by the partial indexes of pending, held and
+    /// quarantined rows and counts at most 100,000 waiting rows one by one (beyond, it estimates
+    /// from queue positions), so its cost does not grow with the table's history. Each relay
+    /// reports it; the values are the same.
+    #[must_use]
+    pub fn gauge_interval(mut self, every: Option<Duration>) -> Self {
+        self.settings.gauge_interval = every.filter(|d| !d.is_zero());
         self
     }
 

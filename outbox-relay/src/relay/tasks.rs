@@ -102,3 +102,20 @@ pub(super) async fn listen<P: Publisher>(shared: Arc<Shared<P>>) {
         }
     }
 }
+
+/// Reads the backlog into the gauges every `gauge_interval`.
+pub(super) async fn gauges<P: Publisher>(shared: Arc<Shared<P>>) {
+    let Some(every) = shared.settings.gauge_interval else {
+        return;
+    };
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut kinds_seen = Vec::new();
+    loop {
+        tick.tick().await;
+        match crate::gauges::read(&shared.pool).await {
+            Ok(backlog) => crate::gauges::record(&backlog, &mut kinds_seen),
+            Err(e) => tracing::debug!(error = %crate::Error::from(e), "could not read the backlog for the gauges"),
+        }
+    }
+}
