@@ -60,6 +60,7 @@ impl OutboxBuilder {
 
     /// Builds the outbox.
     pub fn build(self) -> Outbox {
+        crate::metrics::describe();
         Outbox { limits: self.limits }
     }
 }
@@ -121,6 +122,7 @@ fn version(event: &NewEvent) -> i64 {
 impl Outbox {
     /// An outbox with the default limits (1 MiB payloads, 16 KiB of extra headers).
     pub fn new() -> Self {
+        crate::metrics::describe();
         Self::default()
     }
 
@@ -165,6 +167,7 @@ impl Outbox {
         let done = query.execute(&mut *conn).await?;
         debug_assert_eq!(done.rows_affected(), 1);
         tracing::debug!(event_id = %id, event_type = event.event_type(), entity = event.event_entity(), "outbox.enqueue");
+        metrics::counter!(crate::metrics::CREATED).increment(1);
         Ok(id)
     }
 
@@ -226,6 +229,7 @@ impl Outbox {
             .await?;
         debug_assert_eq!(done.rows_affected(), n as u64);
         tracing::debug!(events = n, "outbox.enqueue_many");
+        metrics::counter!(crate::metrics::CREATED).increment(n as u64);
         Ok(ids.into_iter().map(EventId::from_uuid).collect())
     }
 }
