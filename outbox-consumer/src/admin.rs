@@ -104,3 +104,42 @@ pub async fn list_failed(pool: &PgPool, consumer: &str) -> Result<Vec<FailedEven
         })
         .collect())
 }
+
+/// An inbox at a glance: what waits for a missing predecessor or for an operator.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[non_exhaustive]
+pub struct InboxBacklog {
+    /// Entities with at least one parked event (a gap: their next event has not arrived or not
+    /// applied).
+    pub entities_with_gap: i64,
+    /// Events parked.
+    pub parked: i64,
+    /// Seconds since the oldest parked event arrived (zero when none is parked).
+    pub oldest_parked_age_seconds: f64,
+    /// Events that failed for good and wait for an operator.
+    pub failed: i64,
+}
+
+/// Served by the index of parked and failed rows: its cost follows what is parked, not what was
+/// processed.
+const BACKLOG: &str = "\
+SELECT count(DISTINCT entity_key) FILTER (WHERE status = 'parked'),
+       count(*) FILTER (WHERE status = 'parked'),
+       COALESCE(EXTRACT(EPOCH FROM now() - min(received_at) FILTER (WHERE status = 'parked'))::float8, 0),
+       count(*) FILTER (WHERE status = 'failed')
+FROM inbox_events WHERE consumer = $1 AND status IN ('parked', 'failed')";
+
+/// The backlog of `consumer`'s inbox.
+///
+/// # Errors
+/// A database error.
+pub async fn backlog(pool: &PgPool, consumer: &str) -> Result<InboxBacklog> {
+    let (entities_with_gap, parked, oldest_parked_age_seconds, failed) =
+        sqlx::query_as(BACKLOG).bind(consumer).fetch_one(pool).await?;
+    Ok(InboxBacklog {
+        entities_with_gap,
+        parked,
+        oldest_parked_age_seconds: f64::max(oldest_parked_age_seconds, 0.0),
+        failed,
+    })
+}

@@ -2,7 +2,7 @@
 //! name and its description in one place. [`describe`] is called when an inbox layer or a runner
 //! is built, so that an exporter installed before shows the descriptions.
 
-use ::metrics::describe_counter;
+use ::metrics::{Unit, describe_counter, describe_gauge};
 
 /// Events handled by an inbox, labels `consumer` and `outcome` (`applied`, `duplicate`, `stale`,
 /// `parked`, `applied_from_parking`, ...) (counter).
@@ -12,9 +12,22 @@ pub(crate) const BAD_DELIVERIES: &str = "inbox_bad_deliveries_total";
 /// Deliveries published to the dead-letter exchange, label `reason` (counter).
 pub(crate) const DEAD_LETTERS: &str = "inbox_dead_letters_total";
 
+/// Entities with a parked gap, label `consumer` (gauge).
+pub(crate) const ENTITIES_WITH_GAP: &str = "inbox_entities_with_gap";
+/// Events parked, label `consumer` (gauge).
+pub(crate) const PARKED: &str = "inbox_events_parked";
+/// Age of the oldest parked event, label `consumer` (gauge, seconds).
+pub(crate) const OLDEST_PARKED: &str = "inbox_oldest_parked_age_seconds";
+/// Events that failed for good and wait for an operator, label `consumer` (gauge).
+pub(crate) const FAILED: &str = "inbox_events_failed";
+
 /// Registers the description of every consumer metric with the installed recorder.
 pub(crate) fn describe() {
     describe_counter!(EVENTS, "Events handled by an inbox (labels consumer, outcome).");
     describe_counter!(BAD_DELIVERIES, "Deliveries that did not decode (label reason).");
     describe_counter!(DEAD_LETTERS, "Deliveries dead-lettered (label reason).");
+    describe_gauge!(ENTITIES_WITH_GAP, "Entities with a parked gap (label consumer).");
+    describe_gauge!(PARKED, "Events parked ahead of a gap (label consumer).");
+    describe_gauge!(OLDEST_PARKED, Unit::Seconds, "Age of the oldest parked event (label consumer).");
+    describe_gauge!(FAILED, "Events that failed for good and wait for an operator (label consumer).");
 }

@@ -308,10 +308,17 @@ async fn a_gap_is_visible_and_an_operator_can_skip_it() {
     let gap = &gaps[0];
     assert_eq!((gap.entity_key.as_str(), gap.last_seq, gap.first_parked_seq, gap.parked), ("g", 1, 4, 2));
     assert!(gap.age_seconds >= 0.0 && gap.age_seconds < 60.0, "{gap:?}");
+    let backlog = outbox_consumer::admin::backlog(db.pool(), "shipping").await.expect("backlog");
+    assert_eq!((backlog.entities_with_gap, backlog.parked, backlog.failed), (1, 2, 0), "{backlog:?}");
+    assert!(backlog.oldest_parked_age_seconds < 60.0, "{backlog:?}");
+    let other = outbox_consumer::admin::backlog(db.pool(), "billing").await.expect("another consumer");
+    assert_eq!((other.entities_with_gap, other.parked), (0, 0), "scoped by consumer");
 
     assert_eq!(svc.skip_gap("g").await.expect("skip"), 2, "4 and 5 applied after skipping 2 and 3");
     assert_eq!(effects(db.pool(), "g").await, [1, 4, 5]);
     assert!(outbox_consumer::admin::list_gaps(db.pool(), "shipping").await.expect("gaps").is_empty());
+    let backlog = outbox_consumer::admin::backlog(db.pool(), "shipping").await.expect("backlog");
+    assert_eq!((backlog.entities_with_gap, backlog.parked, backlog.oldest_parked_age_seconds), (0, 0, 0.0));
     assert_eq!(
         svc.call(event(Some(("g", 3)), 3)).await.expect("late 3"),
         Outcome::Stale,
@@ -339,6 +346,8 @@ async fn an_operator_can_skip_a_failed_event_and_its_entity_flows_again() {
     assert_eq!(failed.len(), 1);
     assert_eq!(failed[0].event_id, *e2.id.as_uuid());
     assert!(failed[0].last_error.as_deref().is_some_and(|e| e.contains("cannot ship")));
+    let backlog = outbox_consumer::admin::backlog(db.pool(), "shipping").await.expect("backlog");
+    assert_eq!((backlog.failed, backlog.parked, backlog.entities_with_gap), (1, 1, 1), "{backlog:?}");
 
     assert_eq!(svc.skip_failed(e2.id).await.expect("skip"), Some(1), "3 is applied once 2 is skipped");
     assert_eq!(effects(db.pool(), "s").await, [1, 3]);

@@ -38,12 +38,7 @@ fn handler_error<E: Into<tower::BoxError>>(e: E) -> Error {
     }
 }
 
-impl<S> InboxService<S>
-where
-    S: Service<InboxRequest, Response = InboxRequest> + Clone + Send + 'static,
-    S::Error: Into<tower::BoxError>,
-    S::Future: Send,
-{
+impl<S> InboxService<S> {
     /// The consumer name.
     pub fn consumer(&self) -> &str {
         &self.consumer
@@ -53,7 +48,14 @@ where
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
+}
 
+impl<S> InboxService<S>
+where
+    S: Service<InboxRequest, Response = InboxRequest> + Clone + Send + 'static,
+    S::Error: Into<tower::BoxError>,
+    S::Future: Send,
+{
     pub(super) async fn run_handler(
         inner: &mut S,
         event: Event,

@@ -32,6 +32,7 @@ pub(super) struct Settings {
     pub(super) retry: RetryPolicy,
     pub(super) limits: DeliveryLimits,
     pub(super) sweep_interval: Duration,
+    pub(super) gauge_interval: Option<Duration>,
     pub(super) shutdown_deadline: Duration,
     #[cfg(feature = "fail-points")]
     pub(super) crash_at: Option<CrashPoint>,
@@ -60,6 +61,8 @@ impl<S> InboxRunnerBuilder<S> {
     pub const DEFAULT_BATCH_SIZE: usize = 16;
     /// How often parked events are swept unless set.
     pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(5);
+    /// How often the inbox's backlog is read into the gauges unless set.
+    pub const DEFAULT_GAUGE_INTERVAL: Duration = Duration::from_secs(10);
     /// How long a graceful shutdown waits for deliveries in hand unless set.
     pub const DEFAULT_SHUTDOWN_DEADLINE: Duration = Duration::from_secs(10);
 
@@ -84,6 +87,7 @@ impl<S> InboxRunnerBuilder<S> {
             retry: Self::default_retry_policy(),
             limits: DeliveryLimits::default(),
             sweep_interval: Self::DEFAULT_SWEEP_INTERVAL,
+            gauge_interval: Some(Self::DEFAULT_GAUGE_INTERVAL),
             shutdown_deadline: Self::DEFAULT_SHUTDOWN_DEADLINE,
             #[cfg(feature = "fail-points")]
             crash_at: None,
@@ -169,6 +173,16 @@ impl<S> InboxRunnerBuilder<S> {
     #[must_use]
     pub fn sweep_interval(mut self, interval: Duration) -> Self {
         self.settings.sweep_interval = interval;
+        self
+    }
+
+    /// Sets how often the inbox's backlog ([`admin::backlog`](crate::admin::backlog): entities
+    /// with a gap, parked and failed events, the oldest parked age) is read into the gauges
+    /// `inbox_entities_with_gap`, `inbox_events_parked`, `inbox_oldest_parked_age_seconds` and
+    /// `inbox_events_failed` (label `consumer`), or `None` for never. Defaults to 10 s.
+    #[must_use]
+    pub fn gauge_interval(mut self, every: Option<Duration>) -> Self {
+        self.settings.gauge_interval = every.filter(|d| !d.is_zero());
         self
     }
 

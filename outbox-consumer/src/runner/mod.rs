@@ -8,6 +8,7 @@
 
 mod batch;
 mod builder;
+mod gauges;
 mod handle;
 mod session;
 
@@ -107,6 +108,8 @@ where
     /// are retried with backoff.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
         tokio::pin!(shutdown);
+        let gauges = tokio::spawn(gauges::gauges(self.shared.clone()));
+        let _stop_gauges = AbortOnDrop(gauges);
         let mut backoff = outbox_core::Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
         loop {
             let wait = match self.shared.session(&mut shutdown).await {
@@ -129,5 +132,14 @@ where
                 () = tokio::time::sleep(wait) => {}
             }
         }
+    }
+}
+
+/// Aborts a background task when the runner's `run` ends, however it ends.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
