@@ -37,6 +37,11 @@ impl Delivery {
         self.inner.properties.message_id().as_ref().map(ShortString::as_str)
     }
 
+    /// The `correlation_id` property, if any.
+    pub fn correlation_id(&self) -> Option<&str> {
+        self.inner.properties.correlation_id().as_ref().map(ShortString::as_str)
+    }
+
     /// Acknowledges the delivery: the broker forgets it.
     ///
     /// # Errors

@@ -143,6 +143,12 @@ impl Outbox {
     ///
     /// # Errors
     /// [`Error::InvalidEvent`] for a rejected event, [`Error::Database`] if the insert fails.
+    #[tracing::instrument(name = "outbox.enqueue", skip_all, fields(
+        event_id = %event.event_id(),
+        event_type = event.event_type(),
+        entity = event.event_entity(),
+        correlation_id = event.event_correlation_id(),
+    ))]
     pub async fn enqueue(&self, conn: &mut PgConnection, event: NewEvent) -> Result<EventId> {
         event.validate(&self.limits)?;
         let id = event.event_id();
@@ -180,6 +186,7 @@ impl Outbox {
     /// # Errors
     /// [`Error::InvalidBatchEvent`] naming the first rejected event, [`Error::Database`] if the
     /// insert fails.
+    #[tracing::instrument(name = "outbox.enqueue_many", skip_all)]
     pub async fn enqueue_many<I>(&self, conn: &mut PgConnection, events: I) -> Result<Vec<EventId>>
     where
         I: IntoIterator<Item = NewEvent>,

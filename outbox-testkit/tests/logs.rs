@@ -56,7 +56,10 @@ async fn handle(req: InboxRequest) -> Result<InboxRequest, HandlerError> {
 }
 
 async fn enqueue(h: &Harness, event_type: &str, entity: &str, secret: &str) -> uuid::Uuid {
-    let event = NewEvent::json(event_type, &serde_json::json!({ "secret": secret })).expect("json").entity(entity);
+    let event = NewEvent::json(event_type, &serde_json::json!({ "secret": secret }))
+        .expect("json")
+        .entity(entity)
+        .correlation_id(format!("corr-{entity}"));
     let mut tx = h.pool().begin().await.expect("begin");
     let id = h.outbox().enqueue(&mut *tx, event).await.expect("enqueue");
     tx.commit().await.expect("commit");
@@ -101,6 +104,13 @@ async fn no_payload_reaches_the_logs_at_trace() {
     let logs = capture.text();
     assert!(logs.contains("outbox.quarantine") && logs.contains("inbox.dead_lettered"), "the capture works");
     assert!(logs.lines().any(|l| l.contains("DEBUG") || l.contains("TRACE")), "the capture runs below INFO");
+    // Every line about an event names its correlation id: the enqueue, the quarantine, the
+    // handling, the dead letter.
+    let about = |needle: &str, corr: &str| logs.lines().any(|l| l.contains(needle) && l.contains(corr));
+    assert!(about("outbox.enqueue", "correlation_id=\"corr-order-1\""), "enqueue span:\n{logs}");
+    assert!(about("outbox.quarantine", "corr-audit-1"), "quarantine line");
+    assert!(about("inbox.handle", "correlation_id=\"corr-order-1\""), "handling span");
+    assert!(about("inbox.dead_lettered", "corr-order-2"), "dead letter line");
     for form in forms(&secret) {
         let leaked: Vec<&str> = logs.lines().filter(|l| l.contains(&form)).take(3).collect();
         assert!(leaked.is_empty(), "payload ({form}) in the logs: {leaked:#?}");

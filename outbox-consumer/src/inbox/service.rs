@@ -142,6 +142,7 @@ where
     ///
     /// # Errors
     /// [`Error::InvalidBatch`], a database error, or the first handler failure.
+    #[tracing::instrument(name = "inbox.handle_batch", skip_all, fields(consumer = &*self.consumer, events = events.len()))]
     pub async fn call_batch(&self, events: Vec<Event>) -> Result<Vec<Outcome>> {
         let mut ids = std::collections::HashSet::with_capacity(events.len());
         let mut keys = std::collections::HashSet::with_capacity(events.len());
@@ -217,19 +218,31 @@ where
 
     fn call(&mut self, event: Event) -> Self::Future {
         let this = self.clone();
-        Box::pin(async move {
-            let mut inner = this.inner.clone();
-            let id = event.id;
-            let result = this.handle(&mut inner, event).await;
-            let label = match &result {
-                Ok(o) => o.as_str(),
-                Err(e) if e.is_retryable() => "transient_failure",
-                Err(_) => "permanent_failure",
-            };
-            metrics::counter!(crate::metrics::EVENTS, "consumer" => this.consumer.to_string(), "outcome" => label)
-                .increment(1);
-            tracing::debug!(event_id = %id, outcome = label, "inbox.handled");
-            result
-        })
+        let span = tracing::info_span!(
+            "inbox.handle",
+            consumer = &*this.consumer,
+            event_id = %event.id,
+            event_type = event.event_type.as_str(),
+            entity = event.entity.as_ref().map(|e| e.key.as_str()),
+            seq = event.entity.as_ref().map(|e| e.seq),
+            correlation_id = event.correlation_id.as_deref(),
+        );
+        Box::pin(tracing::Instrument::instrument(
+            async move {
+                let mut inner = this.inner.clone();
+                let id = event.id;
+                let result = this.handle(&mut inner, event).await;
+                let label = match &result {
+                    Ok(o) => o.as_str(),
+                    Err(e) if e.is_retryable() => "transient_failure",
+                    Err(_) => "permanent_failure",
+                };
+                metrics::counter!(crate::metrics::EVENTS, "consumer" => this.consumer.to_string(), "outcome" => label)
+                    .increment(1);
+                tracing::debug!(event_id = %id, outcome = label, "inbox.handled");
+                result
+            },
+            span,
+        ))
     }
 }

@@ -192,7 +192,8 @@ where
             Ok(()) => {
                 metrics::counter!(crate::metrics::DEAD_LETTERS, "reason" => reason).increment(1);
                 Counters::bump(&self.counters.dead_lettered);
-                tracing::warn!(reason, queue, message_id = ?delivery.message_id(), "inbox.dead_lettered");
+                tracing::warn!(reason, queue, message_id = ?delivery.message_id(),
+                    correlation_id = delivery.correlation_id(), "inbox.dead_lettered");
                 let _ = delivery.ack().await;
             }
             Err(e) => {

@@ -21,6 +21,7 @@ use crate::{Error, Result};
 impl<P: Publisher> Relay<P> {
     /// Publishes a claimed batch, awaits its confirms (until the confirm timeout, or until a hard
     /// stop cuts the wait short) and records each row's outcome under the claim token.
+    #[tracing::instrument(name = "outbox.publish_batch", skip_all, fields(events = claimed.len(), claim_token = %token))]
     pub(super) async fn deliver(
         &self,
         claimed: Vec<store::Claimed>,

@@ -127,12 +127,14 @@ impl<P: Publisher> Relay<P> {
         let (quarantine, delay) = match s.retry.decide(c.attempts, c.event.created_at, now, failure.kind) {
             RetryDecision::RetryAt(t) => (false, t.duration_since(now).unwrap_or_default()),
             RetryDecision::Quarantine(reason) => {
-                tracing::warn!(event_id = %id, entity = ?c.event.entity.as_ref().map(|e| &e.key), kind = %failure.kind, %reason, "outbox.quarantine");
+                tracing::warn!(event_id = %id, entity = ?c.event.entity.as_ref().map(|e| &e.key),
+                    correlation_id = c.event.correlation_id.as_deref(), kind = %failure.kind, %reason, "outbox.quarantine");
                 (true, Duration::ZERO)
             }
         };
         metrics::counter!(crate::metrics::PUBLISH_FAILURES, "kind" => failure.kind.as_str()).increment(1);
-        tracing::debug!(event_id = %id, kind = %failure.kind, reason = %failure.reason, attempts = c.attempts, "outbox.publish_failed");
+        tracing::debug!(event_id = %id, correlation_id = c.event.correlation_id.as_deref(), kind = %failure.kind,
+            reason = %failure.reason, attempts = c.attempts, "outbox.publish_failed");
         let reason = if quarantine { format!("{} (quarantined)", failure.reason) } else { failure.reason };
         store::Failure { id, quarantine, delay, reason, kind: failure.kind }
     }
