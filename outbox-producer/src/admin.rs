@@ -1,5 +1,6 @@
-//! The operator API over the outbox tables: counts by state ([`stats`]), list quarantined events, retry one, skip one,
-//! re-check the events held behind a quarantine.
+//! The operator API over the outbox tables: counts by state ([`stats`]), the backlog as the
+//! gauges show it ([`backlog`]), list quarantined events, retry one, skip one, re-check the events
+//! held behind a quarantine.
 //!
 //! A retry keeps the same row and the same event id (nothing new is minted) and resets its
 //! attempts. A skip records that an operator gave up on the event and lets its entity's later
@@ -22,6 +23,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::Result;
+pub use crate::backlog::{Backlog, EXACT_UP_TO, SAMPLED, backlog};
 pub use crate::stats::{Stats, stats};
 
 /// A quarantined event, as an operator sees it (no payload).

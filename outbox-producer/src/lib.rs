@@ -28,6 +28,7 @@
 //! ```
 
 pub mod admin;
+mod backlog;
 mod enqueue;
 mod error;
 mod metrics;

@@ -36,3 +36,5 @@ pub const EXCHANGE: &str = "outbox.events";
 pub const VACUUM_AFTER_ROWS: u64 = 100_000;
 /// How often a relay reads the backlog into its gauges.
 pub const GAUGE_INTERVAL: Duration = Duration::from_secs(10);
+/// How often a relay logs its summary line at `info`.
+pub const SUMMARY_INTERVAL: Duration = Duration::from_secs(60);

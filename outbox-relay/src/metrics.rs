@@ -12,6 +12,12 @@ pub(crate) const QUARANTINED: &str = "outbox_quarantined_total";
 pub(crate) const LOST_CLAIMS: &str = "outbox_lost_claims_total";
 /// Failed publishes by classified kind, label `kind` (counter).
 pub(crate) const PUBLISH_FAILURES: &str = "outbox_publish_failures_total";
+/// Messages handed to the broker, first attempts and retries alike (counter).
+pub(crate) const PUBLISH_ATTEMPTS: &str = "outbox_publish_attempts_total";
+/// Failed publishes the retry policy scheduled for another attempt, label `kind` (counter).
+pub(crate) const PUBLISH_RETRIES: &str = "outbox_publish_retries_total";
+/// Claimed rows whose lease had expired in another claim, taken over by this relay (counter).
+pub(crate) const TAKEOVERS: &str = "outbox_lease_takeovers_total";
 /// Claims, label `found` = `rows` or `none` (counter).
 pub(crate) const CLAIMS: &str = "outbox_relay_claims_total";
 /// Vacuums of `outbox_events` the relay ran itself (counter).
@@ -39,6 +45,12 @@ pub(crate) const OLDEST_WAITING: &str = "outbox_oldest_waiting_age_seconds";
 pub(crate) const OLDEST_HELD: &str = "outbox_oldest_held_age_seconds";
 /// Events quarantined now, label `kind` (gauge).
 pub(crate) const QUARANTINED_NOW: &str = "outbox_events_quarantined";
+/// Rows claimed now whose lease has expired: a relay died or stalls with them (gauge).
+pub(crate) const EXPIRED_LEASES: &str = "outbox_expired_leases";
+/// Entities with events written and not yet published (gauge).
+pub(crate) const ENTITIES_BEHIND: &str = "outbox_entities_behind";
+/// The largest gap between an entity's last written and last published sequence (gauge).
+pub(crate) const LARGEST_GAP: &str = "outbox_largest_entity_gap";
 
 /// Registers the description and unit of every relay metric with the installed recorder.
 pub(crate) fn describe() {
@@ -46,6 +58,9 @@ pub(crate) fn describe() {
     describe_counter!(QUARANTINED, "Events quarantined (retry policy gave up, or a corrupt row).");
     describe_counter!(LOST_CLAIMS, "Batches whose claim another relay took over before their outcome was recorded.");
     describe_counter!(PUBLISH_FAILURES, "Failed publishes by classified kind (label kind).");
+    describe_counter!(PUBLISH_ATTEMPTS, "Messages handed to the broker, first attempts and retries alike.");
+    describe_counter!(PUBLISH_RETRIES, "Failed publishes scheduled for another attempt, by classified kind (label kind).");
+    describe_counter!(TAKEOVERS, "Claimed rows whose lease had expired, taken over from another claim.");
     describe_counter!(CLAIMS, "Claims of the relay (label found: rows or none).");
     describe_counter!(VACUUMS, "Vacuums of outbox_events run by the relay.");
     describe_gauge!(WAITING, "Events waiting to be published, held ones included (exact up to 100,000).");
@@ -53,6 +68,9 @@ pub(crate) fn describe() {
     describe_gauge!(OLDEST_WAITING, Unit::Seconds, "Age of the oldest waiting event.");
     describe_gauge!(OLDEST_HELD, Unit::Seconds, "Age of the oldest held event.");
     describe_gauge!(QUARANTINED_NOW, "Events quarantined now, by failure kind (label kind).");
+    describe_gauge!(EXPIRED_LEASES, "Rows claimed now whose lease has expired.");
+    describe_gauge!(ENTITIES_BEHIND, "Entities with events written and not yet published.");
+    describe_gauge!(LARGEST_GAP, "Largest gap between an entity's last written and last published sequence.");
     describe_histogram!(COMMIT_TO_CONFIRM, Unit::Seconds, "From an event's commit to the broker's confirm.");
     describe_histogram!(PUBLISH_TO_CONFIRM, Unit::Seconds, "From a message's publish to its confirm.");
     describe_histogram!(AGE_AT_CLAIM, Unit::Seconds, "An event's age when a relay claimed it.");

@@ -57,6 +57,10 @@ pub(crate) const SESSION: [(&str, &str); 2] = [("enable_bitmapscan", "off"), ("e
 /// deferred until that retry. Rows behind an in-flight predecessor are left as they are: the
 /// predecessor precedes them, and its publication makes them claimable.
 ///
+/// A row locked while another claim's owner is still written on it had its lease expire in that
+/// claim (outcomes and releases clear the owner): the claim returns that owner as `taken_from`,
+/// looked up only for such rows.
+///
 /// The claim writes only unindexed columns (`lease_until`, owner, token, attempts), so PostgreSQL
 /// can update the rows in place (HOT). Candidates are carried between the steps by their tuple
 /// id: a row changed by another relay in between has a new tuple id, fails the re-check and is
@@ -95,7 +99,7 @@ WITH scanned AS (
 ), pick AS (
     SELECT t.tid, c.entity_key, t.nth FROM cand c, unnest(c.tids) WITH ORDINALITY AS t(tid, nth) WHERE c.ready
 ), locked AS (
-    SELECT o.ctid AS tid FROM outbox_events o
+    SELECT o.ctid AS tid, o.id, o.lease_owner AS was_owner FROM outbox_events o
     WHERE o.ctid = ANY(ARRAY(SELECT tid FROM pick))
       AND o.status = 'pending' AND o.next_attempt_at <= now() AND (o.lease_until IS NULL OR o.lease_until <= now())
     ORDER BY o.position
@@ -121,7 +125,9 @@ SET lease_owner = $3, claim_token = $4, attempts = o.attempts + 1,
     lease_until = now() + make_interval(secs => $5)
 WHERE o.ctid = ANY(ARRAY(SELECT tid FROM ready))
 RETURNING o.ctid::text AS tid, o.id, o.event_type, o.event_version, o.entity_key, o.seq, o.payload,
-          o.content_type, o.headers, o.correlation_id, o.causation_id, o.traceparent, o.created_at, o.attempts";
+          o.content_type, o.headers, o.correlation_id, o.causation_id, o.traceparent, o.created_at, o.attempts,
+          CASE WHEN o.id = ANY(ARRAY(SELECT id FROM locked WHERE was_owner IS NOT NULL))
+               THEN (SELECT l.was_owner FROM locked l WHERE l.id = o.id) END AS taken_from";
 
 /// Gives back whatever a claim whose answer was lost (the connection dropped while it ran) may
 /// have taken, and takes its attempt back: nothing of it was sent. Read through the pending rows'
@@ -237,6 +243,9 @@ fn decode_row(row: &sqlx::postgres::PgRow, id: Uuid) -> Result<Claimed> {
 pub(crate) struct Taken {
     pub(crate) rows: Vec<Claimed>,
     pub(crate) corrupt: Vec<Corrupt>,
+    /// Rows whose lease had expired in another claim, by the relay that held it, in the order
+    /// first seen.
+    pub(crate) taken_over: Vec<(String, usize)>,
 }
 
 /// A claimed row that does not decode into an event.
@@ -270,6 +279,12 @@ pub(crate) async fn claim(
         .await?;
     let mut taken = Taken::default();
     for row in &rows {
+        if let Some(owner) = row.try_get::<Option<String>, _>("taken_from")? {
+            match taken.taken_over.iter_mut().find(|(o, _)| *o == owner) {
+                Some((_, n)) => *n += 1,
+                None => taken.taken_over.push((owner, 1)),
+            }
+        }
         match event_from_row(row) {
             Ok(claimed) => taken.rows.push(claimed),
             Err(Error::CorruptRow { id, what }) => {

@@ -22,6 +22,7 @@ impl<P: Publisher> Relay<P> {
             let taken =
                 store::claim(&self.shared.pool, limit, s.events_per_entity, &s.relay_id, token, s.lease).await?;
             metrics::histogram!(crate::metrics::CLAIM_SECONDS).record(started.elapsed().as_secs_f64());
+            self.report_takeovers(&taken.taken_over);
             self.set_aside_corrupt(taken, token).await?
         };
         metrics::counter!(crate::metrics::CLAIMS, "found" => if claimed.is_empty() { "none" } else { "rows" })
@@ -43,7 +44,7 @@ impl<P: Publisher> Relay<P> {
     /// of their entities that follow them in the batch, which must not go before them. Returns the
     /// rows to publish.
     async fn set_aside_corrupt(&self, taken: store::Taken, token: Uuid) -> Result<Vec<store::Claimed>> {
-        let store::Taken { mut rows, corrupt } = taken;
+        let store::Taken { mut rows, corrupt, .. } = taken;
         if corrupt.is_empty() {
             return Ok(rows);
         }
@@ -75,5 +76,15 @@ impl<P: Publisher> Relay<P> {
         store::mark_failed(&self.shared.pool, &failures, token).await?;
         store::release(&self.shared.pool, &held, token, true).await?;
         Ok(rows)
+    }
+
+    /// Counts the rows taken over from claims whose lease expired, with one line per relay they
+    /// were taken from: a relay died, stalled or lost its database for longer than its lease.
+    fn report_takeovers(&self, taken_over: &[(String, usize)]) {
+        for (from, rows) in taken_over {
+            metrics::counter!(crate::metrics::TAKEOVERS).increment(*rows as u64);
+            self.shared.tally.taken_over(*rows as u64);
+            tracing::info!(from = %from, rows, "outbox.takeover: claimed rows whose lease had expired");
+        }
     }
 }

@@ -123,7 +123,8 @@ impl<P: Publisher> Relay<P> {
         which: &[usize],
         outgoing: &mut [Option<OutgoingMessage>],
     ) -> Vec<impl Future<Output = (usize, PublishOutcome)> + use<P>> {
-        let messages = which.iter().filter_map(|&i| outgoing[i].take()).collect();
+        let messages: Vec<_> = which.iter().filter_map(|&i| outgoing[i].take()).collect();
+        metrics::counter!(crate::metrics::PUBLISH_ATTEMPTS).increment(messages.len() as u64);
         let sent = Instant::now();
         let confirms = self.shared.publisher.publish(messages).await;
         which

@@ -15,7 +15,8 @@
 //! - `outcome.rs`: what each row's outcome means for the row (the decisions, apart from I/O), and
 //!   [`BatchReport`];
 //! - `record.rs`: recording the outcomes, fenced by the claim token, through database blips;
-//! - `tasks.rs`: the background tasks: LISTEN, housekeeping, vacuum.
+//! - `tasks.rs`: the background tasks: LISTEN, housekeeping, vacuum, gauges;
+//! - `summary.rs`: the summary line at `info` once a minute.
 
 mod claim;
 mod claim_loop;
@@ -25,6 +26,7 @@ mod health;
 mod options;
 mod outcome;
 mod record;
+mod summary;
 mod tasks;
 
 use std::future::Future;
@@ -73,6 +75,8 @@ struct Shared<P> {
     claiming: tokio::sync::Mutex<()>,
     /// What the claim loop tells liveness and readiness probes.
     health: HealthState,
+    /// What the relay did since its last summary line.
+    tally: summary::Tally,
 }
 
 /// Publishes committed outbox rows to the broker.
@@ -172,6 +176,7 @@ impl<P: Publisher> Relay<P> {
             let maintenance = tokio::spawn(tasks::maintain(self.shared.clone()).in_current_span());
             let vacuum = tokio::spawn(tasks::vacuum(self.shared.clone()).in_current_span());
             let gauges = tokio::spawn(tasks::gauges(self.shared.clone()).in_current_span());
+            let summary = tokio::spawn(summary::summarize(self.shared.clone()).in_current_span());
             tracing::info!(batch_size = s.batch_size, confirm_window = s.confirm_window, "relay started");
 
             tokio::pin!(shutdown);
@@ -184,6 +189,7 @@ impl<P: Publisher> Relay<P> {
             maintenance.abort();
             vacuum.abort();
             gauges.abort();
+            summary.abort();
             if self.shared.crashed.load(Ordering::SeqCst) {
                 tasks.abort_all();
                 return Err(Error::Crashed);

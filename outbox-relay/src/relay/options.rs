@@ -51,6 +51,7 @@ pub(super) struct Settings {
     pub(super) synchronous_commit: bool,
     pub(super) vacuum_after: Option<u64>,
     pub(super) gauge_interval: Option<Duration>,
+    pub(super) summary_interval: Option<Duration>,
     #[cfg(feature = "fail-points")]
     pub(super) crash_at: Option<CrashPoint>,
 }
@@ -111,6 +112,7 @@ impl<P: Publisher> RelayBuilder<P> {
                 synchronous_commit: false,
                 vacuum_after: Some(defaults::VACUUM_AFTER_ROWS),
                 gauge_interval: Some(defaults::GAUGE_INTERVAL),
+                summary_interval: Some(defaults::SUMMARY_INTERVAL),
                 #[cfg(feature = "fail-points")]
                 crash_at: None,
             },
@@ -275,14 +277,23 @@ impl<P: Publisher> RelayBuilder<P> {
     }
 
     /// Sets how often the relay reads the backlog into its gauges (`outbox_events_waiting`,
-    /// `outbox_events_held`, the oldest ages, `outbox_events_quarantined`), or `None` for never.
-    /// Defaults to 10 s. The query is served by the partial indexes of pending, held and
-    /// quarantined rows and counts at most 100,000 waiting rows one by one (beyond, it estimates
-    /// from queue positions), so its cost does not grow with the table's history. Each relay
-    /// reports it; the values are the same.
+    /// `outbox_events_held`, the oldest ages, `outbox_events_quarantined`, `outbox_expired_leases`,
+    /// `outbox_entities_behind`, `outbox_largest_entity_gap`), or `None` for never. Defaults to
+    /// 10 s. The query ([`outbox_producer::admin::backlog`]) is served by the partial indexes of
+    /// pending, held and quarantined rows and reads a capped number of them, so its cost does not
+    /// grow with the table's history. Each relay reports it; the values are the same.
     #[must_use]
     pub fn gauge_interval(mut self, every: Option<Duration>) -> Self {
         self.settings.gauge_interval = every.filter(|d| !d.is_zero());
+        self
+    }
+
+    /// Sets how often the relay logs its summary at `info` (`outbox.summary`: events published,
+    /// failures by kind and rows taken over since the last one, what waits and the oldest age), or
+    /// `None` for never. Defaults to a minute.
+    #[must_use]
+    pub fn summary_interval(mut self, every: Option<Duration>) -> Self {
+        self.settings.summary_interval = every.filter(|d| !d.is_zero());
         self
     }
 
@@ -334,6 +345,7 @@ impl<P: Publisher> RelayBuilder<P> {
                 vacuum_due: Notify::new(),
                 claiming: tokio::sync::Mutex::new(()),
                 health: Default::default(),
+                tally: Default::default(),
             }),
         })
     }

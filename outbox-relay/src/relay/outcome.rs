@@ -105,6 +105,7 @@ impl<P: Publisher> Relay<P> {
                 }
                 Disposition::TakeBack { unavailable } => {
                     if unavailable {
+                        self.shared.tally.failed(FailureKind::Unavailable);
                         metrics::counter!(crate::metrics::PUBLISH_FAILURES, "kind" => FailureKind::Unavailable.as_str())
                             .increment(1);
                     }
@@ -125,7 +126,10 @@ impl<P: Publisher> Relay<P> {
         let s = &self.shared.settings;
         let id = c.event.id;
         let (quarantine, delay) = match s.retry.decide(c.attempts, c.event.created_at, now, failure.kind) {
-            RetryDecision::RetryAt(t) => (false, t.duration_since(now).unwrap_or_default()),
+            RetryDecision::RetryAt(t) => {
+                metrics::counter!(crate::metrics::PUBLISH_RETRIES, "kind" => failure.kind.as_str()).increment(1);
+                (false, t.duration_since(now).unwrap_or_default())
+            }
             RetryDecision::Quarantine(reason) => {
                 tracing::warn!(event_id = %id, entity = ?c.event.entity.as_ref().map(|e| &e.key),
                     correlation_id = c.event.correlation_id.as_deref(), kind = %failure.kind, %reason, "outbox.quarantine");
@@ -133,6 +137,7 @@ impl<P: Publisher> Relay<P> {
             }
         };
         metrics::counter!(crate::metrics::PUBLISH_FAILURES, "kind" => failure.kind.as_str()).increment(1);
+        self.shared.tally.failed(failure.kind);
         tracing::debug!(event_id = %id, correlation_id = c.event.correlation_id.as_deref(), kind = %failure.kind,
             reason = %failure.reason, attempts = c.attempts, "outbox.publish_failed");
         let reason = if quarantine { format!("{} (quarantined)", failure.reason) } else { failure.reason };

@@ -31,6 +31,7 @@ impl<P: Publisher> Relay<P> {
         let owned = r.retry("mark published", || store::mark_published(pool, &sorted.published, token)).await?;
         report.published = sorted.published.len();
         report.lost_claims += r.lost(sorted.published.len(), owned);
+        self.shared.tally.published(owned);
         if let Some(every) = self.shared.settings.vacuum_after
             && self.shared.published_since_vacuum.fetch_add(owned, Ordering::Relaxed) + owned >= every
         {

@@ -113,9 +113,9 @@ pub(super) async fn gauges<P: Publisher>(shared: Arc<Shared<P>>) {
     let mut kinds_seen = Vec::new();
     loop {
         tick.tick().await;
-        match crate::gauges::read(&shared.pool).await {
+        match outbox_producer::admin::backlog(&shared.pool).await {
             Ok(backlog) => crate::gauges::record(&backlog, &mut kinds_seen),
-            Err(e) => tracing::debug!(error = %crate::Error::from(e), "could not read the backlog for the gauges"),
+            Err(e) => tracing::debug!(error = %e, "could not read the backlog for the gauges"),
         }
     }
 }

@@ -1,0 +1,151 @@
+//! The backlog as the relays' gauges and `outbox status` show it: what waits, what is held behind
+//! a quarantined event, how old the oldest of each is, what is quarantined by kind, which entities
+//! are behind and by how much, and which claims have outlived their lease.
+//!
+//! One statement, served by the partial indexes of pending, held and quarantined rows: its cost
+//! follows the backlog up to a cap, never the table's history (figures in BENCHMARKS.md).
+
+use std::time::Duration;
+
+use sqlx::PgExecutor;
+
+use crate::Result;
+
+/// Waiting rows counted one by one at most; beyond, the count is estimated from queue positions.
+pub const EXACT_UP_TO: i64 = 100_000;
+
+/// The waiting rows, from the front of the queue, whose entities, sequences and leases are read:
+/// entities behind, the largest gap and expired leases are exact while no more than these wait.
+pub const SAMPLED: i64 = 10_000;
+
+/// The status names are written out so that the partial indexes' predicates match.
+const BACKLOG: &str = "\
+WITH head AS (
+    SELECT position FROM outbox_events WHERE status = 'pending' ORDER BY position LIMIT $1
+), held AS (
+    SELECT created_at FROM outbox_events
+    WHERE status = 'pending' AND next_attempt_at = 'infinity' LIMIT $1
+), front AS (
+    SELECT entity_key, seq, lease_owner IS NOT NULL AND lease_until <= now() AS expired
+    FROM outbox_events WHERE status = 'pending' ORDER BY position LIMIT $2
+), behind AS (
+    SELECT u.entity_key, min(u.seq) AS first FROM (
+        SELECT entity_key, seq FROM front
+        UNION ALL
+        (SELECT entity_key, seq FROM outbox_events WHERE status = 'quarantined' LIMIT $2)
+    ) u
+    WHERE u.entity_key IS NOT NULL
+    GROUP BY u.entity_key
+), kinds AS (
+    SELECT COALESCE(last_error_kind, 'unknown') AS kind, count(*) AS n FROM outbox_events
+    WHERE status = 'quarantined' GROUP BY 1
+)
+SELECT (SELECT count(*) FROM head),
+       (SELECT max(position) FROM head),
+       (SELECT max(position) FROM outbox_events WHERE status = 'pending'),
+       (SELECT EXTRACT(EPOCH FROM now() - created_at)::float8 FROM outbox_events
+        WHERE status = 'pending' ORDER BY position LIMIT 1),
+       (SELECT count(*) FROM held),
+       (SELECT EXTRACT(EPOCH FROM now() - min(created_at))::float8 FROM held),
+       (SELECT count(*) FILTER (WHERE expired) FROM front),
+       (SELECT count(*) FROM behind),
+       (SELECT COALESCE(max(s.last_seq - b.first + 1), 0) FROM behind b
+        JOIN outbox_entity_sequences s ON s.entity_key = b.entity_key),
+       (SELECT COALESCE(array_agg(kind ORDER BY kind), '{}') FROM kinds),
+       (SELECT COALESCE(array_agg(n ORDER BY kind), '{}') FROM kinds)";
+
+/// The backlog at one moment (see [`backlog`]).
+#[derive(Debug, Clone, PartialEq, Default)]
+#[non_exhaustive]
+pub struct Backlog {
+    /// Rows waiting to be published, held and claimed ones included: exact up to
+    /// [`EXACT_UP_TO`], estimated beyond (see [`Backlog::waiting_exact`]).
+    pub waiting: i64,
+    /// Whether [`Backlog::waiting`] was counted row by row.
+    pub waiting_exact: bool,
+    /// Of the waiting rows, those held behind a quarantined event of their entity.
+    pub held: i64,
+    /// Age of the oldest waiting row (zero when none waits).
+    pub oldest_waiting_age: Duration,
+    /// Age of the oldest held row (zero when none is held).
+    pub oldest_held_age: Duration,
+    /// Quarantined rows by failure kind, in kind order.
+    pub quarantined: Vec<(String, i64)>,
+    /// Rows claimed by a relay whose lease has expired: the relay died or stalls, and another
+    /// relay takes them over on its next claim.
+    pub expired_leases: i64,
+    /// Entities with events written and not yet published (quarantined ones included).
+    pub entities_behind: i64,
+    /// The largest gap between an entity's last written and last published sequence.
+    pub largest_gap: i64,
+}
+
+impl Backlog {
+    /// Whether [`Backlog::expired_leases`], [`Backlog::entities_behind`] and
+    /// [`Backlog::largest_gap`] are exact: they are read from the first [`SAMPLED`] waiting rows
+    /// in queue order, and are lower bounds when more wait.
+    pub fn entities_exact(&self) -> bool {
+        self.waiting <= SAMPLED
+    }
+}
+
+type Row = (i64, Option<i64>, Option<i64>, Option<f64>, i64, Option<f64>, i64, i64, i64, Vec<String>, Vec<i64>);
+
+/// Reads the backlog of the outbox.
+///
+/// Cheap on a big table: every part is read through a partial index and capped (the waiting rows
+/// are counted up to [`EXACT_UP_TO`], their entities and leases read in the first [`SAMPLED`]),
+/// so it costs milliseconds whatever the number of published rows. The relays read it into their
+/// gauges every `gauge_interval`.
+///
+/// # Errors
+/// A database error (for example `outbox_events` does not exist: migrations not applied).
+pub async fn backlog(db: impl PgExecutor<'_>) -> Result<Backlog> {
+    let row: Row = sqlx::query_as(BACKLOG).bind(EXACT_UP_TO).bind(SAMPLED).fetch_one(db).await?;
+    let (counted, counted_to, last, oldest, held, oldest_held, expired, behind, gap, kinds, counts) = row;
+    Ok(Backlog {
+        waiting: waiting(counted, counted_to, last, EXACT_UP_TO),
+        waiting_exact: counted < EXACT_UP_TO,
+        held,
+        oldest_waiting_age: age(oldest),
+        oldest_held_age: age(oldest_held),
+        quarantined: kinds.into_iter().zip(counts).collect(),
+        expired_leases: expired,
+        entities_behind: behind,
+        largest_gap: gap,
+    })
+}
+
+/// Waiting rows: exact when fewer than `cap` are counted; beyond, the rows written after the
+/// `cap`-th waiting one in queue order are taken as waiting too (in a backlog the relays publish
+/// from the front, so few of them are published already).
+fn waiting(counted: i64, counted_to: Option<i64>, last: Option<i64>, cap: i64) -> i64 {
+    match (counted_to, last) {
+        (Some(to), Some(last)) if counted >= cap => counted + (last - to).max(0),
+        _ => counted,
+    }
+}
+
+fn age(seconds: Option<f64>) -> Duration {
+    Duration::try_from_secs_f64(seconds.unwrap_or(0.0).max(0.0)).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waiting_is_exact_below_the_cap_and_estimated_from_positions_above() {
+        assert_eq!(waiting(0, None, None, 100), 0);
+        assert_eq!(waiting(42, Some(900), Some(900), 100), 42);
+        assert_eq!(waiting(100, Some(1_000), Some(1_000), 100), 100);
+        assert_eq!(waiting(100, Some(1_000), Some(5_000), 100), 4_100);
+    }
+
+    #[test]
+    fn ages_are_never_negative() {
+        assert_eq!(age(None), Duration::ZERO);
+        assert_eq!(age(Some(-1.0)), Duration::ZERO);
+        assert_eq!(age(Some(1.5)), Duration::from_millis(1500));
+    }
+}
