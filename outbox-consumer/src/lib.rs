@@ -10,6 +10,12 @@
 //! - The inbox tables are applied with [`migrate`], tracked apart from the application's own
 //!   migrations.
 //!
+//! With the cargo feature `otel` (off by default), the span `inbox.handle` of an event that
+//! carries a W3C `traceparent` has that span context as its OpenTelemetry parent (with
+//! `outbox-relay`'s `otel`, the relay's `outbox.publish` span): with a `tracing-opentelemetry`
+//! layer, the consumer's effect joins the trace of the request that enqueued the event. A batch
+//! handled at once (`inbox.handle_batch`) keeps its own parent.
+//!
 //! ```no_run
 //! use outbox_consumer::{HandlerError, InboxLayer, InboxRequest, InboxRunner, declare_partitions};
 //! use tower::Layer;
@@ -48,6 +54,8 @@ mod error;
 mod inbox;
 mod metrics;
 mod migrate;
+#[cfg(feature = "otel")]
+mod otel;
 mod runner;
 
 pub use decode::{DeliveryError, DeliveryLimits, decode_delivery};

@@ -151,6 +151,8 @@ impl Outbox {
     ))]
     pub async fn enqueue(&self, conn: &mut PgConnection, event: NewEvent) -> Result<EventId> {
         event.validate(&self.limits)?;
+        #[cfg(feature = "otel")]
+        let event = crate::otel::with_current_trace(event);
         let id = event.event_id();
         let query = match event.event_entity() {
             Some(_) => sqlx::query(INSERT_ORDERED),
@@ -198,6 +200,8 @@ impl Outbox {
         if events.is_empty() {
             return Ok(Vec::new());
         }
+        #[cfg(feature = "otel")]
+        let events = crate::otel::with_current_trace_all(events);
         let n = events.len();
         let mut ids = Vec::with_capacity(n);
         let mut types = Vec::with_capacity(n);

@@ -5,6 +5,12 @@
 //! holds what a producing service needs and no broker client: enqueueing, the outbox migrations,
 //! [`Retention`] and the operator API over the outbox tables ([`admin`]).
 //!
+//! With the cargo feature `otel` (off by default), an event enqueued without a `traceparent` gets
+//! the W3C trace context of its `outbox.enqueue` span when that span has an OpenTelemetry context
+//! (a `tracing-opentelemetry` layer is installed), so the trace of the request that wrote it goes
+//! on through the relay (`outbox-relay`'s `otel`) to the consumer (`outbox-consumer`'s `otel`). A
+//! `traceparent` set with [`NewEvent::traceparent`](outbox_core::NewEvent::traceparent) is kept.
+//!
 //! ```no_run
 //! use outbox_core::NewEvent;
 //! use outbox_producer::{migrate, Outbox};
@@ -33,6 +39,8 @@ mod enqueue;
 mod error;
 mod metrics;
 mod migrate;
+#[cfg(feature = "otel")]
+mod otel;
 mod retention;
 mod stats;
 

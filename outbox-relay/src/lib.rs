@@ -19,12 +19,22 @@
 //! # Ok(()) }
 //! ```
 //!
+//! With the cargo feature `otel` (off by default), each event is published in a span
+//! `outbox.publish` (event id, type, entity, sequence, correlation id; never the payload) whose
+//! OpenTelemetry parent is the event's W3C `traceparent` (without one, the batch's span
+//! `outbox.publish_batch`), and its message carries the publish span's own context in the header
+//! `traceparent`: with `outbox-producer`'s and `outbox-consumer`'s `otel` and a
+//! `tracing-opentelemetry` layer, one trace runs from the request that enqueued an event to the
+//! consumer that applied it.
+//!
 //! See `docs/architecture.md` for how claiming, ordering and recovery work.
 
 pub mod defaults;
 mod error;
 mod gauges;
 mod metrics;
+#[cfg(feature = "otel")]
+mod otel;
 mod relay;
 mod routing;
 mod store;

@@ -227,6 +227,8 @@ where
             seq = event.entity.as_ref().map(|e| e.seq),
             correlation_id = event.correlation_id.as_deref(),
         );
+        #[cfg(feature = "otel")]
+        crate::otel::set_parent(&span, event.traceparent.as_deref());
         Box::pin(tracing::Instrument::instrument(
             async move {
                 let mut inner = this.inner.clone();

@@ -9,6 +9,7 @@ use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use outbox_core::{OutgoingMessage, PublishOutcome, Publisher, wire};
 use tokio::sync::watch;
+use tracing::{Instrument, Span};
 use uuid::Uuid;
 
 #[cfg(feature = "fail-points")]
@@ -64,7 +65,7 @@ impl<P: Publisher> Relay<P> {
         let mut outgoing = self.encode(claimed);
         let (first, next) = runs(claimed);
         let mut pending = FuturesUnordered::new();
-        pending.extend(self.send(&first, &mut outgoing).await);
+        pending.extend(self.send(claimed, &first, &mut outgoing).await);
         #[cfg(feature = "fail-points")]
         self.crash_if(CrashPoint::AfterPublishBeforeConfirm)?;
 
@@ -92,7 +93,7 @@ impl<P: Publisher> Relay<P> {
                 record(i, outcome);
             }
             if !successors.is_empty() {
-                pending.extend(self.send(&std::mem::take(&mut successors), &mut outgoing).await);
+                pending.extend(self.send(claimed, &std::mem::take(&mut successors), &mut outgoing).await);
             }
         }
         let unsent = outgoing.iter().map(Option::is_some).collect();
@@ -117,27 +118,44 @@ impl<P: Publisher> Relay<P> {
     }
 
     /// Publishes the rows `which` of a batch (taking their messages out of `outgoing`); returns
-    /// their confirms, tagged with the rows' indexes.
+    /// their confirms, tagged with the rows' indexes. With the feature `otel`, each confirm is
+    /// awaited in the event's `outbox.publish` span, whose trace context its message carries.
     async fn send(
         &self,
+        claimed: &[store::Claimed],
         which: &[usize],
         outgoing: &mut [Option<OutgoingMessage>],
     ) -> Vec<impl Future<Output = (usize, PublishOutcome)> + use<P>> {
-        let messages: Vec<_> = which.iter().filter_map(|&i| outgoing[i].take()).collect();
+        let mut messages: Vec<_> = which.iter().filter_map(|&i| outgoing[i].take()).collect();
         metrics::counter!(crate::metrics::PUBLISH_ATTEMPTS).increment(messages.len() as u64);
+        let mut spans = publish_spans(claimed, which, &mut messages).into_iter();
         let sent = Instant::now();
         let confirms = self.shared.publisher.publish(messages).await;
         which
             .iter()
             .zip(confirms)
             .map(|(&i, f)| {
-                f.map(move |outcome| {
+                let confirmed = f.map(move |outcome| {
                     metrics::histogram!(crate::metrics::PUBLISH_TO_CONFIRM).record(sent.elapsed().as_secs_f64());
                     (i, outcome)
-                })
+                });
+                confirmed.instrument(spans.next().unwrap_or_else(Span::none))
             })
             .collect()
     }
+}
+
+/// The `outbox.publish` span of each message about to be sent (the rows `which`), which also
+/// takes the span's trace context into the message.
+#[cfg(feature = "otel")]
+fn publish_spans(claimed: &[store::Claimed], which: &[usize], messages: &mut [OutgoingMessage]) -> Vec<Span> {
+    which.iter().zip(messages).map(|(&i, m)| crate::otel::publish_span(&claimed[i].event, &mut m.message)).collect()
+}
+
+/// Without the feature `otel`, no span per message.
+#[cfg(not(feature = "otel"))]
+fn publish_spans(_: &[store::Claimed], _: &[usize], _: &mut [OutgoingMessage]) -> Vec<Span> {
+    Vec::new()
 }
 
 /// What became of a batch's messages.
