@@ -41,6 +41,10 @@ pub(crate) struct Cli {
     /// answers). At most one day.
     #[arg(long, default_value = "5", value_parser = seconds, global = true)]
     pub(crate) connect_timeout_secs: Duration,
+    /// How log lines are written to standard error: `text` for people, `json` (one object per
+    /// line) for a log pipeline.
+    #[arg(long, env = "OUTBOX_LOG_FORMAT", value_enum, default_value = "text", global = true)]
+    pub(crate) log_format: LogFormat,
     #[command(subcommand)]
     pub(crate) command: Command,
 }
@@ -62,6 +66,15 @@ pub(crate) enum Command {
     Status,
     /// Publish committed outbox rows to RabbitMQ until SIGTERM or SIGINT.
     Relay(Box<RelayArgs>),
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum LogFormat {
+    /// One readable line per event, colored on a terminal.
+    Text,
+    /// One JSON object per line, with the span fields.
+    Json,
 }
 
 /// Exchange types the relay can declare.
@@ -127,6 +140,10 @@ pub(crate) struct RelayArgs {
     /// At most one day.
     #[arg(long, default_value = "10", value_parser = seconds)]
     pub(crate) gauge_interval_secs: Duration,
+    /// Seconds between two summary lines at info (`outbox.summary`: published, failed by kind,
+    /// taken over, waiting, oldest age). At most one day.
+    #[arg(long, default_value = "60", value_parser = seconds)]
+    pub(crate) summary_interval_secs: Duration,
     /// Serve /metrics (Prometheus text format), /healthz and /readyz on this address, for example
     /// 127.0.0.1:9464. Off unless given, so that several relays can run on one host.
     #[arg(long, env = "OUTBOX_METRICS_ADDR")]
@@ -237,6 +254,7 @@ mod tests {
         assert_eq!(args.poll_interval_ms, defaults::POLL_INTERVAL);
         assert_eq!(args.exchange, defaults::EXCHANGE);
         assert_eq!(args.gauge_interval_secs, defaults::GAUGE_INTERVAL);
+        assert_eq!(args.summary_interval_secs, defaults::SUMMARY_INTERVAL);
         let counts = (args.batch_size, args.confirm_window, args.vacuum_after_rows);
         assert_eq!(counts, (defaults::BATCH_SIZE, defaults::CONFIRM_WINDOW, defaults::VACUUM_AFTER_ROWS));
         assert_eq!(args.partitions, None);

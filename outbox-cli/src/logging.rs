@@ -1,10 +1,12 @@
-//! The log: `tracing` to stderr, filtered by `RUST_LOG` (default `info`), and never message bodies
-//! whatever `RUST_LOG` asks for.
+//! The log: `tracing` to stderr as text or JSON lines, filtered by `RUST_LOG` (default `info`),
+//! and never message bodies whatever `RUST_LOG` asks for.
 
 use std::io::IsTerminal;
 
 use tracing_subscriber::filter::{EnvFilter, Targets};
 use tracing_subscriber::prelude::*;
+
+use crate::args::LogFormat;
 
 /// The product's redacting filter: lapin at most at INFO, its returned messages never.
 fn redact() -> Targets {
@@ -16,14 +18,15 @@ fn redact() -> Targets {
     })
 }
 
-/// Installs the subscriber: `RUST_LOG` (or `info`), and the redacting filter, which only ever drops
-/// events.
-pub(crate) fn init() {
+/// Installs the subscriber: `RUST_LOG` (or `info`), lines in `format`, and the redacting filter,
+/// which only ever drops events.
+pub(crate) fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let layer = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_filter(redact());
+    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let layer = match format {
+        LogFormat::Text => lines.with_ansi(std::io::stderr().is_terminal()).with_filter(redact()).boxed(),
+        LogFormat::Json => lines.json().flatten_event(true).with_filter(redact()).boxed(),
+    };
     tracing_subscriber::registry().with(filter).with(layer).init();
 }
 

@@ -67,6 +67,7 @@ fn relay(db: PgConnectOptions, publisher: AmqpPublisher, args: RelayArgs) -> Res
         .confirm_timeout(args.confirm_timeout_secs)
         .shutdown_deadline(args.shutdown_deadline_secs)
         .gauge_interval(Some(args.gauge_interval_secs))
+        .summary_interval(Some(args.summary_interval_secs))
         .vacuum_after((args.vacuum_after_rows > 0).then_some(args.vacuum_after_rows));
     if let Some(n) = args.partitions {
         builder = builder.routing(outbox_relay::Partitioned::new(n));

@@ -7,9 +7,9 @@ use ::metrics::{Unit, describe_counter, describe_gauge};
 /// Events handled by an inbox, labels `consumer` and `outcome` (`applied`, `duplicate`, `stale`,
 /// `parked`, `applied_from_parking`, ...) (counter).
 pub(crate) const EVENTS: &str = "inbox_events_total";
-/// Deliveries that did not decode, label `reason` (counter).
+/// Deliveries that did not decode, labels `consumer` and `reason` (counter).
 pub(crate) const BAD_DELIVERIES: &str = "inbox_bad_deliveries_total";
-/// Deliveries published to the dead-letter exchange, label `reason` (counter).
+/// Deliveries published to the dead-letter exchange, labels `consumer` and `reason` (counter).
 pub(crate) const DEAD_LETTERS: &str = "inbox_dead_letters_total";
 
 /// Entities with a parked gap, label `consumer` (gauge).
@@ -24,8 +24,8 @@ pub(crate) const FAILED: &str = "inbox_events_failed";
 /// Registers the description of every consumer metric with the installed recorder.
 pub(crate) fn describe() {
     describe_counter!(EVENTS, "Events handled by an inbox (labels consumer, outcome).");
-    describe_counter!(BAD_DELIVERIES, "Deliveries that did not decode (label reason).");
-    describe_counter!(DEAD_LETTERS, "Deliveries dead-lettered (label reason).");
+    describe_counter!(BAD_DELIVERIES, "Deliveries that did not decode (labels consumer, reason).");
+    describe_counter!(DEAD_LETTERS, "Deliveries dead-lettered (labels consumer, reason).");
     describe_gauge!(ENTITIES_WITH_GAP, "Entities with a parked gap (label consumer).");
     describe_gauge!(PARKED, "Events parked ahead of a gap (label consumer).");
     describe_gauge!(OLDEST_PARKED, Unit::Seconds, "Age of the oldest parked event (label consumer).");

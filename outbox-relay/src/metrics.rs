@@ -59,7 +59,10 @@ pub(crate) fn describe() {
     describe_counter!(LOST_CLAIMS, "Batches whose claim another relay took over before their outcome was recorded.");
     describe_counter!(PUBLISH_FAILURES, "Failed publishes by classified kind (label kind).");
     describe_counter!(PUBLISH_ATTEMPTS, "Messages handed to the broker, first attempts and retries alike.");
-    describe_counter!(PUBLISH_RETRIES, "Failed publishes scheduled for another attempt, by classified kind (label kind).");
+    describe_counter!(
+        PUBLISH_RETRIES,
+        "Failed publishes scheduled for another attempt, by classified kind (label kind)."
+    );
     describe_counter!(TAKEOVERS, "Claimed rows whose lease had expired, taken over from another claim.");
     describe_counter!(CLAIMS, "Claims of the relay (label found: rows or none).");
     describe_counter!(VACUUMS, "Vacuums of outbox_events run by the relay.");

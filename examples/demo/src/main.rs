@@ -274,7 +274,8 @@ async fn run() -> Result<ExitCode, BoxError> {
     shipping_service::migrate(&shipping_db).await?;
     fresh_broker(&s.amqp_url, &queues).await?;
 
-    let (consumer, _) = shipping_service::start(&shipping_db, &s.amqp_url, &exchange, &queues, PARTITIONS).await?;
+    let (consumer, _) =
+        shipping_service::start(&shipping_db, &s.amqp_url, &exchange, &queues, PARTITIONS, None).await?;
     let relay = start_relay(&orders_db, &s.amqp_url, &exchange)?;
 
     println!("writing {} changes over {} orders with {WRITERS} writers", s.changes, s.orders);

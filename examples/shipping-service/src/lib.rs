@@ -12,6 +12,8 @@ use sqlx::PgPool;
 use sqlx::migrate::MigrateDatabase;
 use tower::Layer;
 
+pub mod endpoint;
+
 /// Any error of the set-up.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -87,7 +89,8 @@ async fn apply(mut req: InboxRequest) -> Result<InboxRequest, HandlerError> {
     Ok(req)
 }
 
-/// Declares the partition queues `<queue_base>.<n>` (bound to `exchange`) and starts consuming them.
+/// Declares the partition queues `<queue_base>.<n>` (bound to `exchange`) and starts consuming them,
+/// reading the inbox's backlog into its gauges every `gauge_interval` (`None`: never).
 ///
 /// # Errors
 /// A broker error while declaring the queues.
@@ -97,6 +100,7 @@ pub async fn start(
     exchange: &str,
     queue_base: &str,
     partitions: u32,
+    gauge_interval: Option<Duration>,
 ) -> Result<(RunnerHandle, Topology), outbox_consumer::Error> {
     let conn = outbox_amqp::connect(amqp_url, "shipping-service-setup", Duration::from_secs(5)).await?;
     let channel = conn.create_channel().await.map_err(outbox_amqp::Error::from)?;
@@ -108,7 +112,10 @@ pub async fn start(
     let _ = channel.close(200, "declared".into()).await;
     let _ = conn.close(200, "declared".into()).await;
     let service = InboxLayer::new(pool.clone(), CONSUMER).layer(tower::service_fn(apply));
-    let runner =
-        InboxRunner::builder(amqp_url, service).topology(&topology).connection_name("shipping-service").build()?;
+    let runner = InboxRunner::builder(amqp_url, service)
+        .topology(&topology)
+        .connection_name("shipping-service")
+        .gauge_interval(gauge_interval)
+        .build()?;
     Ok((runner.spawn(), topology))
 }

@@ -11,6 +11,9 @@
 //!   (declared if missing).
 //! - `QUEUE_BASE`: default `shipping.orders`; the partition queues are `<QUEUE_BASE>.<n>`.
 //! - `PARTITIONS`: default `4`, as many as the orders service's.
+//! - `OUTBOX_METRICS_ADDR`: off unless given; an address such as `127.0.0.1:9188` on which to
+//!   serve `/metrics` (Prometheus text: the inbox's counters and gauges), `/healthz` and `/readyz`.
+//! - `GAUGE_INTERVAL_SECS`: default `10`, how often the inbox's backlog is read into its gauges.
 //! - `RUST_LOG`: default `info,sqlx::postgres::notice=warn`.
 //!   Whatever it says, `outbox_core::REDACTING_LOG_TARGETS` filters after it, so lapin never
 //!   logs message content (its returned messages off, lapin itself at most at `info`).
@@ -21,8 +24,12 @@
 //! `shipping-service ready` once it consumes. Stops on SIGTERM or Ctrl-C after finishing the
 //! deliveries in hand.
 
+use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use shipping_service::BoxError;
 use tracing_subscriber::EnvFilter;
@@ -36,6 +43,8 @@ struct Settings {
     exchange: String,
     queue_base: String,
     partitions: u32,
+    metrics_addr: Option<SocketAddr>,
+    gauge_interval: Duration,
 }
 
 fn env_or(name: &str, default: &str) -> String {
@@ -60,6 +69,16 @@ impl Settings {
             partitions: match env_number("PARTITIONS", 4)? {
                 0 => return Err("PARTITIONS must be at least 1".into()),
                 n => n,
+            },
+            metrics_addr: match std::env::var("OUTBOX_METRICS_ADDR") {
+                Ok(a) => Some(a.parse().map_err(|_| {
+                    format!("OUTBOX_METRICS_ADDR must be an address such as 127.0.0.1:9188, got {a:?}")
+                })?),
+                Err(_) => None,
+            },
+            gauge_interval: match env_number("GAUGE_INTERVAL_SECS", 10.0_f64)? {
+                s if s.is_finite() && s > 0.0 && s <= 86_400.0 => Duration::from_secs_f64(s),
+                _ => return Err("GAUGE_INTERVAL_SECS must be a number of seconds above 0, at most 86400".into()),
             },
         })
     }
@@ -99,12 +118,20 @@ async fn main() -> ExitCode {
 
 async fn run() -> Result<(), BoxError> {
     let s = Settings::from_env()?;
+    let ready = Arc::new(AtomicBool::new(false));
+    if let Some(addr) = s.metrics_addr {
+        shipping_service::endpoint::serve(addr, ready.clone()).await?;
+    }
     shipping_service::create_database_if_missing(&s.database_url).await?;
     let pool = sqlx::PgPool::connect(&s.database_url).await?;
     shipping_service::migrate(&pool).await?;
-    let (runner, _) = shipping_service::start(&pool, &s.amqp_url, &s.exchange, &s.queue_base, s.partitions).await?;
+    let (runner, _) =
+        shipping_service::start(&pool, &s.amqp_url, &s.exchange, &s.queue_base, s.partitions, Some(s.gauge_interval))
+            .await?;
+    ready.store(true, Ordering::Relaxed);
     tracing::info!(exchange = %s.exchange, queues = %format!("{}.0..{}", s.queue_base, s.partitions.saturating_sub(1)), "shipping-service ready");
     shutdown_signal().await?;
+    ready.store(false, Ordering::Relaxed);
     tracing::info!("stopping: finishing the deliveries in hand");
     runner.shutdown().await?;
     pool.close().await;

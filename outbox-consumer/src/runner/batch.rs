@@ -71,7 +71,8 @@ where
             match decode_delivery(delivery.message(), &self.settings.limits) {
                 Err(e) => {
                     tracing::warn!(reason = e.code(), detail = %e, "inbox.bad_delivery");
-                    metrics::counter!(crate::metrics::BAD_DELIVERIES, "reason" => e.code()).increment(1);
+                    metrics::counter!(crate::metrics::BAD_DELIVERIES, "consumer" => self.service.consumer().to_owned(), "reason" => e.code())
+                        .increment(1);
                     verdicts[i] = Some(Verdict::DeadLetter { reason: e.code(), detail: e.to_string() });
                 }
                 Ok(event) => events.push((i, event)),
@@ -190,7 +191,8 @@ where
         let queue = queue_of(&self.settings.queues, &delivery);
         match dead_letters.publish(&delivery, &queue, reason, detail).await {
             Ok(()) => {
-                metrics::counter!(crate::metrics::DEAD_LETTERS, "reason" => reason).increment(1);
+                metrics::counter!(crate::metrics::DEAD_LETTERS, "consumer" => self.service.consumer().to_owned(), "reason" => reason)
+                    .increment(1);
                 Counters::bump(&self.counters.dead_lettered);
                 tracing::warn!(reason, queue, message_id = ?delivery.message_id(),
                     correlation_id = delivery.correlation_id(), "inbox.dead_lettered");
