@@ -7,6 +7,8 @@
 //! cargo run --release -p outbox-bench -- relay --quick      # smoke run, under a minute
 //! cargo run --release -p outbox-bench -- consumer           # full run, two to four minutes
 //! cargo run --release -p outbox-bench -- consumer --quick   # smoke run, under 20 seconds
+//! cargo run --release -p outbox-bench -- gauges             # full run, about five minutes
+//! cargo run --release -p outbox-bench -- gauges --quick     # smoke run, under a minute
 //! ```
 //!
 //! - `producer`: what `Outbox::enqueue` adds to a business transaction ([`producer`]).
@@ -17,6 +19,8 @@
 //! - `consumer`: the inbox's apply rate against a raw consumer on the same queue, the rate at which
 //!   it drops duplicates, and the peak RSS of a consumer process ([`consumer`]), which is this
 //!   program run with the hidden command `consumer-process`.
+//! - `gauges`: the backlog query behind the relays' gauges and `outbox status`, timed with
+//!   1,000,000 pending rows and with 10,000,000 published rows plus 1,000 pending ([`gauges`]).
 //!
 //! Every figure is printed on its own line as `figure: <name> = <value> <unit>`; every other line
 //! of standard output starts with `#` (targets, per-run detail). Absolute figures drift on a
@@ -35,6 +39,7 @@ mod amqp;
 mod consumer;
 mod counters;
 mod figure;
+mod gauges;
 mod machine;
 mod process;
 mod producer;
@@ -76,6 +81,9 @@ enum Command {
     /// standard input (the consumer process of the `consumer` benchmark).
     #[command(hide = true)]
     ConsumerProcess(consumer::ProcessArgs),
+    /// The backlog query of the gauges: with 1,000,000 pending rows, and with 10,000,000 published
+    /// rows plus 1,000 pending.
+    Gauges,
 }
 
 #[tokio::main]
@@ -87,5 +95,6 @@ async fn main() -> Result<(), BoxError> {
         Command::RelayProcess(args) => relay::process(args).await,
         Command::Consumer => consumer::run(consumer::Plan::new(cli.quick)).await,
         Command::ConsumerProcess(args) => consumer::process(args).await,
+        Command::Gauges => gauges::run(gauges::Plan::new(cli.quick)).await,
     }
 }
