@@ -21,10 +21,13 @@ pub const SAMPLED: i64 = 10_000;
 /// The status names are written out so that the partial indexes' predicates match.
 const BACKLOG: &str = "\
 WITH head AS (
-    SELECT position FROM outbox_events WHERE status = 'pending' ORDER BY position LIMIT $1
+    SELECT count(*) AS n, max(position) AS last FROM (
+        SELECT position FROM outbox_events WHERE status = 'pending' ORDER BY position LIMIT $1
+    ) h
 ), held AS (
-    SELECT created_at FROM outbox_events
-    WHERE status = 'pending' AND next_attempt_at = 'infinity' LIMIT $1
+    SELECT count(*) AS n, min(created_at) AS oldest FROM (
+        SELECT created_at FROM outbox_events WHERE status = 'pending' AND next_attempt_at = 'infinity' LIMIT $1
+    ) h
 ), front AS (
     SELECT entity_key, seq, lease_owner IS NOT NULL AND lease_until <= now() AS expired
     FROM outbox_events WHERE status = 'pending' ORDER BY position LIMIT $2
@@ -40,19 +43,18 @@ WITH head AS (
     SELECT COALESCE(last_error_kind, 'unknown') AS kind, count(*) AS n FROM outbox_events
     WHERE status = 'quarantined' GROUP BY 1
 )
-SELECT (SELECT count(*) FROM head),
-       (SELECT max(position) FROM head),
+SELECT head.n, head.last,
        (SELECT max(position) FROM outbox_events WHERE status = 'pending'),
        (SELECT EXTRACT(EPOCH FROM now() - created_at)::float8 FROM outbox_events
         WHERE status = 'pending' ORDER BY position LIMIT 1),
-       (SELECT count(*) FROM held),
-       (SELECT EXTRACT(EPOCH FROM now() - min(created_at))::float8 FROM held),
+       held.n, EXTRACT(EPOCH FROM now() - held.oldest)::float8,
        (SELECT count(*) FILTER (WHERE expired) FROM front),
        (SELECT count(*) FROM behind),
        (SELECT COALESCE(max(s.last_seq - b.first + 1), 0) FROM behind b
         JOIN outbox_entity_sequences s ON s.entity_key = b.entity_key),
        (SELECT COALESCE(array_agg(kind ORDER BY kind), '{}') FROM kinds),
-       (SELECT COALESCE(array_agg(n ORDER BY kind), '{}') FROM kinds)";
+       (SELECT COALESCE(array_agg(n ORDER BY kind), '{}') FROM kinds)
+FROM head, held";
 
 /// The backlog at one moment (see [`backlog`]).
 #[derive(Debug, Clone, PartialEq, Default)]

@@ -143,12 +143,22 @@ pub(super) struct Drain {
 
 /// Fills a backlog, drains it with the relay process and returns its rate and the process's peak
 /// RSS.
-pub(super) async fn drain_in_child(db: &TestDb, target: Target<'_>, backlog: Backlog) -> Result<Drain, BoxError> {
+/// `gauge_interval_ms`: the relay's gauge interval (0: no gauges), its default when `None`.
+pub(super) async fn drain_in_child(
+    db: &TestDb,
+    target: Target<'_>,
+    backlog: Backlog,
+    gauge_interval_ms: Option<u64>,
+) -> Result<Drain, BoxError> {
     let filled = fill(db, backlog.events, backlog.entities).await?;
     target.purge().await?;
     let arrivals = Arrivals::start(target, backlog.events, false).await?;
     let outcome = async {
-        let args = ["relay-process", "--exchange", target.exchange];
+        let interval = gauge_interval_ms.map(|ms| ms.to_string());
+        let mut args = vec!["relay-process", "--exchange", target.exchange];
+        if let Some(ms) = &interval {
+            args.extend(["--gauge-interval-ms", ms]);
+        }
         let mut process = Subprocess::spawn("the relay process", &args, &db.url(), target.url).await?;
         let start = Instant::now();
         let drained =

@@ -153,6 +153,11 @@ fn phase(name: &str) -> bool {
     std::env::var("OUTBOX_BENCH_RELAY_PHASES").map_or(true, |phases| phases.split(',').any(|p| p.trim() == name))
 }
 
+/// Whether the phase `name`, run only on request, is named in `OUTBOX_BENCH_RELAY_PHASES`.
+fn asked_for(name: &str) -> bool {
+    std::env::var("OUTBOX_BENCH_RELAY_PHASES").is_ok_and(|phases| phases.split(',').any(|p| p.trim() == name))
+}
+
 /// Runs the relay benchmark and prints its figures.
 pub(crate) async fn run(plan: Plan) -> Result<(), BoxError> {
     let broker = TestBroker::new().await?;
@@ -183,6 +188,9 @@ async fn bench(broker: &TestBroker, plan: Plan) -> Result<(), BoxError> {
     if phase("backlog") {
         backlog_phase(target, plan).await?;
     }
+    if asked_for("gauges") {
+        gauges_phase(target, plan).await?;
+    }
     comment(
         "target: relay_drain_ratio >= 0.6, relay_latency_p99_ms <= 25 with relay_latency_p50_ms <= 5, \
          relay_backlog_1m_ratio >= 0.9, relay_peak_rss_mib <= 64",
@@ -199,7 +207,7 @@ async fn drain_phase(target: Target<'_>, plan: Plan) -> Result<(), BoxError> {
     let mut before = ceiling(target, plan.ceiling_messages).await?;
     let mut peak_rss_mib: f64 = 0.0;
     for round in 1..=plan.drain_rounds {
-        let drain = with_db(async |db| drain_in_child(db, target, plan.drain).await).await?;
+        let drain = with_db(async |db| drain_in_child(db, target, plan.drain, None).await).await?;
         let after = ceiling(target, plan.ceiling_messages).await?;
         let ceiling = (before + after) / 2.0;
         let ratio = drain.rate / ceiling;
@@ -218,6 +226,29 @@ async fn drain_phase(target: Target<'_>, plan: Plan) -> Result<(), BoxError> {
     figure("relay_drain_events_per_s", Value::Rate(rate), "events/s");
     figure("relay_drain_ratio", Value::Ratio(ratio), "x");
     figure("relay_peak_rss_mib", Value::Mebibytes(peak_rss_mib), "MiB");
+    Ok(())
+}
+
+/// What the gauges cost a drain, on request (`OUTBOX_BENCH_RELAY_PHASES=gauges`): drains with the
+/// gauges off and with them read every second (ten times the default rate), alternating, each
+/// against the ceilings on either side; the median ratio of each.
+async fn gauges_phase(target: Target<'_>, plan: Plan) -> Result<(), BoxError> {
+    let mut ratios: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    let mut before = ceiling(target, plan.ceiling_messages).await?;
+    for round in 1..=plan.drain_rounds {
+        for (i, interval_ms) in [0, 1_000].into_iter().enumerate() {
+            let drain = with_db(async |db| drain_in_child(db, target, plan.drain, Some(interval_ms)).await).await?;
+            let after = ceiling(target, plan.ceiling_messages).await?;
+            let ratio = drain.rate / ((before + after) / 2.0);
+            comment(format_args!("gauges round {round}, interval {interval_ms} ms (0: off): ratio {ratio:.3}"));
+            ratios[i].push(ratio);
+            before = after;
+        }
+    }
+    for (name, mut r) in ["relay_drain_ratio_gauges_off", "relay_drain_ratio_gauges_every_1s"].into_iter().zip(ratios) {
+        r.sort_by(f64::total_cmp);
+        figure(name, Value::Ratio(r[r.len() / 2]), "x");
+    }
     Ok(())
 }
 

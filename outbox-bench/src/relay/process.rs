@@ -17,6 +17,10 @@ pub(crate) struct ProcessArgs {
     /// Exchange to publish to (it must exist: the relay does not declare it).
     #[arg(long)]
     exchange: String,
+    /// Milliseconds between two reads of the backlog into the gauges, 0 for never (the relay's
+    /// default when not given).
+    #[arg(long)]
+    gauge_interval_ms: Option<u64>,
 }
 
 /// The relay process: one relay with default settings (a pool of 4 connections, as `outbox relay`
@@ -25,12 +29,15 @@ pub(crate) async fn process(args: ProcessArgs) -> Result<(), BoxError> {
     init_child_logging();
     let pool = PgPoolOptions::new().max_connections(RELAY_CONNECTIONS).connect(&args.urls.database_url).await?;
     let publisher = AmqpPublisher::builder(args.urls.amqp_url).connection_name("outbox-bench-relay").build();
-    let relay = experiment(
+    let mut relay = experiment(
         Relay::builder(pool.connect_options().as_ref().clone(), publisher.clone())
             .exchange(args.exchange)
             .declare_exchange(false),
-    )
-    .build()?;
+    );
+    if let Some(ms) = args.gauge_interval_ms {
+        relay = relay.gauge_interval(Some(std::time::Duration::from_millis(ms)));
+    }
+    let relay = relay.build()?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut stdin = stdin_lines();
     println!("{READY}");
