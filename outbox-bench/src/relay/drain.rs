@@ -190,7 +190,7 @@ pub(super) async fn drain_in_process(db: &TestDb, target: Target<'_>, backlog: B
     target.purge().await?;
     let arrivals = Arrivals::start(target, backlog.events, false).await?;
     let outcome = async {
-        let relay = InProcess::start(db, target).await?;
+        let relay = InProcess::start(db, target, None).await?;
         let drained = await_drain(db.pool(), &arrivals, backlog.events, Instant::now(), backlog.limit, None).await;
         let stopped = relay.stop().await;
         let drained = drained?;

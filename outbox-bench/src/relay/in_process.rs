@@ -12,6 +12,7 @@ use crate::BoxError;
 
 /// An in-process relay with default settings over `db`, publishing to the benchmark exchange.
 /// Its publisher is connected before it starts, so a measurement does not include the connection.
+/// `gauge_interval_ms`: its gauge interval (0: no gauges), the default when `None`.
 pub(super) struct InProcess {
     pool: PgPool,
     publisher: AmqpPublisher,
@@ -19,7 +20,11 @@ pub(super) struct InProcess {
 }
 
 impl InProcess {
-    pub(super) async fn start(db: &TestDb, target: Target<'_>) -> Result<Self, BoxError> {
+    pub(super) async fn start(
+        db: &TestDb,
+        target: Target<'_>,
+        gauge_interval_ms: Option<u64>,
+    ) -> Result<Self, BoxError> {
         let pool =
             PgPoolOptions::new().max_connections(RELAY_CONNECTIONS).connect_with(db.connect_options().clone()).await?;
         let publisher = AmqpPublisher::builder(target.url).connection_name("outbox-bench-relay").build();
@@ -27,11 +32,14 @@ impl InProcess {
             pool.close().await;
             return Err(format!("cannot connect the relay's publisher: {} ({})", f.reason, f.kind).into());
         }
-        let relay = experiment(
+        let mut relay = experiment(
             Relay::builder(pool.connect_options().as_ref().clone(), publisher.clone())
                 .exchange(target.exchange)
                 .declare_exchange(false),
         );
+        if let Some(ms) = gauge_interval_ms {
+            relay = relay.gauge_interval(Some(std::time::Duration::from_millis(ms)));
+        }
         let handle = match relay.build() {
             Ok(relay) => relay.spawn(),
             Err(e) => {

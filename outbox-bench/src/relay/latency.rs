@@ -57,15 +57,21 @@ struct Commit {
     measured: bool,
 }
 
-/// Runs the steady load against an in-process relay over `db` and measures each event's latency
-/// from its `COMMIT` to its arrival; prints the detail as `#` lines.
-pub(super) async fn measure_latency(db: &TestDb, target: Target<'_>, plan: Plan) -> Result<Latency, BoxError> {
+/// Runs the steady load against an in-process relay over `db` (its gauge interval as
+/// [`InProcess::start`] takes it) and measures each event's latency from its `COMMIT` to its
+/// arrival; prints the detail as `#` lines.
+pub(super) async fn measure_latency(
+    db: &TestDb,
+    target: Target<'_>,
+    plan: Plan,
+    gauge_interval_ms: Option<u64>,
+) -> Result<Latency, BoxError> {
     target.purge().await?;
     counters::install();
     let claims_before = claims();
     start_sampling();
     let arrivals = Arrivals::start(target, u64::MAX, true).await?;
-    let outcome = load(db, target, plan, &arrivals).await;
+    let outcome = load(db, target, plan, &arrivals, gauge_interval_ms).await;
     let arrived = arrivals.stop().await;
     counters::sample_histograms(false);
     let claims_after = claims();
@@ -109,8 +115,14 @@ fn start_sampling() {
 
 /// Starts a relay, runs the steady load, waits for the stragglers (every event committed, warm-up
 /// included) to arrive, then stops the relay. Returns the commits.
-async fn load(db: &TestDb, target: Target<'_>, plan: Plan, arrivals: &Arrivals) -> Result<Vec<Commit>, BoxError> {
-    let relay = InProcess::start(db, target).await?;
+async fn load(
+    db: &TestDb,
+    target: Target<'_>,
+    plan: Plan,
+    arrivals: &Arrivals,
+    gauge_interval_ms: Option<u64>,
+) -> Result<Vec<Commit>, BoxError> {
+    let relay = InProcess::start(db, target, gauge_interval_ms).await?;
     let produced = produce(db, plan).await;
     let expected = produced.as_ref().map(|c| c.len() as u64).unwrap_or(0);
     let deadline = Instant::now() + Duration::from_secs(30);

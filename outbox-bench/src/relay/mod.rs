@@ -229,9 +229,10 @@ async fn drain_phase(target: Target<'_>, plan: Plan) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// What the gauges cost a drain, on request (`OUTBOX_BENCH_RELAY_PHASES=gauges`): drains with the
-/// gauges off and with them read every second (ten times the default rate), alternating, each
-/// against the ceilings on either side; the median ratio of each.
+/// What the gauges cost, on request (`OUTBOX_BENCH_RELAY_PHASES=gauges`): drains with the gauges
+/// off and with them read every second (ten times the default rate), alternating, each against the
+/// ceilings on either side (the median ratio of each); then the latency at a steady load, gauges
+/// off and every second, one after the other.
 async fn gauges_phase(target: Target<'_>, plan: Plan) -> Result<(), BoxError> {
     let mut ratios: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
     let mut before = ceiling(target, plan.ceiling_messages).await?;
@@ -249,12 +250,17 @@ async fn gauges_phase(target: Target<'_>, plan: Plan) -> Result<(), BoxError> {
         r.sort_by(f64::total_cmp);
         figure(name, Value::Ratio(r[r.len() / 2]), "x");
     }
+    for (suffix, interval_ms) in [("gauges_off", 0), ("gauges_every_1s", 1_000)] {
+        let latency = with_db(async |db| measure_latency(db, target, plan, Some(interval_ms)).await).await?;
+        figure(&format!("relay_latency_p50_ms_{suffix}"), Value::Millis(latency.p50), "ms");
+        figure(&format!("relay_latency_p99_ms_{suffix}"), Value::Millis(latency.p99), "ms");
+    }
     Ok(())
 }
 
 async fn latency_phase(target: Target<'_>, plan: Plan) -> Result<(), BoxError> {
     // 3: latency at a steady load.
-    let latency = with_db(async |db| measure_latency(db, target, plan).await).await?;
+    let latency = with_db(async |db| measure_latency(db, target, plan, None).await).await?;
     figure("relay_latency_offered_events_per_s", Value::Rate(latency.offered), "events/s");
     figure("relay_latency_samples", Value::Count(latency.samples), "events");
     figure("relay_latency_p50_ms", Value::Millis(latency.p50), "ms");
