@@ -61,9 +61,14 @@ pub(crate) enum Command {
         #[arg(long)]
         inbox_only: bool,
     },
-    /// Print the state of the outbox: pending, held behind a quarantined event, oldest pending age,
-    /// quarantined, published, skipped.
-    Status,
+    /// Print the state of the outbox: what waits and since when, what is held or quarantined, what
+    /// was published lately, which entities are behind, which relays hold claims, and each inbox
+    /// consumer's gaps and failed events. Cheap on a big table: every figure is index-served.
+    Status {
+        /// One JSON object on standard output instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Publish committed outbox rows to RabbitMQ until SIGTERM or SIGINT.
     Relay(Box<RelayArgs>),
 }

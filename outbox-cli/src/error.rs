@@ -42,9 +42,12 @@ pub(crate) enum CliError {
     /// A migration failed.
     #[error("migration error: {}", MigrateMessage(.0))]
     Migrate(#[from] sqlx::migrate::MigrateError),
-    /// The producer library failed (its migrations).
+    /// The producer library failed (its migrations, an operator query).
     #[error("{0}")]
     Producer(#[from] outbox_producer::Error),
+    /// Reading an inbox failed.
+    #[error("{0}")]
+    Inbox(String),
     /// The AMQP URL cannot be used (the message never quotes it).
     #[error("{0}")]
     Broker(#[from] outbox_amqp::Error),

@@ -59,9 +59,12 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             pool.close().await;
             outcome
         }
-        Command::Status => {
-            let mut conn = connect::within(&options, timeout).await?;
-            status::run(&mut conn).await
+        Command::Status { json } => {
+            let conn = connect::within(&options, timeout).await?;
+            let pool = connect::pool(options, timeout);
+            let outcome = status::run(conn, &pool, json).await;
+            pool.close().await;
+            outcome
         }
         Command::Relay(args) => relay::run(options, timeout, *args).await,
     }

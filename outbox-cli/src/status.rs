@@ -1,21 +1,147 @@
-//! `outbox status`: counts of the outbox rows by state.
+//! `outbox status`: the outbox at a glance, from the same index-served statements as the relays'
+//! gauges (so it stays cheap on a big table), and each inbox consumer's gaps and failed events
+//! when this database holds inbox tables. A table for people, or one JSON object (`--json`).
 
-use sqlx::PgConnection;
+use outbox_consumer::admin::InboxBacklog;
+use outbox_producer::admin::{Activity, Backlog};
+use serde_json::{Value, json};
+use sqlx::{PgConnection, PgPool};
 
 use crate::error::CliError;
 
-/// Prints the outbox's counts by state ([`outbox_producer::admin::stats`]).
+/// Everything `outbox status` shows.
+struct Report {
+    backlog: Backlog,
+    activity: Activity,
+    /// Each inbox consumer of this database, with its backlog; `None` without inbox tables.
+    inbox: Option<Vec<(String, InboxBacklog)>>,
+}
+
+/// Prints the outbox's state.
 ///
 /// # Errors
-/// The outbox tables are missing or the query fails.
-pub(crate) async fn run(conn: &mut PgConnection) -> Result<(), CliError> {
-    crate::schema::check_outbox(conn).await?;
-    let stats = outbox_producer::admin::stats(&mut *conn).await?;
-    println!("pending: {}", stats.pending);
-    println!("held: {}", stats.held);
-    println!("oldest_pending_age_s: {:.3}", stats.oldest_pending_age.as_secs_f64());
-    println!("quarantined: {}", stats.quarantined);
-    println!("published: {}", stats.published);
-    println!("skipped: {}", stats.skipped);
+/// The outbox tables are missing or a query fails.
+pub(crate) async fn run(mut conn: PgConnection, pool: &PgPool, json: bool) -> Result<(), CliError> {
+    crate::schema::check_outbox(&mut conn).await?;
+    let backlog = outbox_producer::admin::backlog(&mut conn).await?;
+    let activity = outbox_producer::admin::activity(&mut conn).await?;
+    let inbox = inbox(&mut conn, pool).await?;
+    let report = Report { backlog, activity, inbox };
+    if json {
+        println!("{}", to_json(&report));
+    } else {
+        print!("{}", to_text(&report));
+    }
     Ok(())
+}
+
+/// The inbox consumers of this database and their backlogs, if it holds the inbox tables.
+async fn inbox(conn: &mut PgConnection, pool: &PgPool) -> Result<Option<Vec<(String, InboxBacklog)>>, CliError> {
+    let present: bool =
+        sqlx::query_scalar("SELECT to_regclass('inbox_events') IS NOT NULL").fetch_one(&mut *conn).await?;
+    if !present {
+        return Ok(None);
+    }
+    let mut consumers = Vec::new();
+    for consumer in outbox_consumer::admin::consumers(pool).await.map_err(consumer_error)? {
+        let backlog = outbox_consumer::admin::backlog(pool, &consumer).await.map_err(consumer_error)?;
+        consumers.push((consumer, backlog));
+    }
+    Ok(Some(consumers))
+}
+
+fn consumer_error(e: outbox_consumer::Error) -> CliError {
+    CliError::Inbox(e.to_string())
+}
+
+fn to_json(r: &Report) -> Value {
+    let b = &r.backlog;
+    json!({
+        "waiting": b.waiting,
+        "waiting_exact": b.waiting_exact,
+        "held": b.held,
+        "oldest_waiting_age_seconds": b.oldest_waiting_age.as_secs_f64(),
+        "oldest_held_age_seconds": b.oldest_held_age.as_secs_f64(),
+        "quarantined": b.quarantined.iter().map(|(k, n)| (k.clone(), json!(n))).collect::<serde_json::Map<_, _>>(),
+        "expired_leases": b.expired_leases,
+        "entities_behind": b.entities_behind,
+        "largest_gap": b.largest_gap,
+        "entities_exact": b.entities_exact(),
+        "published_last_minute": r.activity.published_last_minute,
+        "published_last_hour": r.activity.published_last_hour,
+        "relays": r.activity.claims.iter().map(|c| json!({
+            "owner": c.owner,
+            "rows": c.rows,
+            "lease_until_first": c.lease_until.0.to_rfc3339(),
+            "lease_until_last": c.lease_until.1.to_rfc3339(),
+            "expired": c.expired,
+        })).collect::<Vec<_>>(),
+        "inbox": r.inbox.as_ref().map(|consumers| consumers.iter().map(|(name, i)| json!({
+            "consumer": name,
+            "entities_with_gap": i.entities_with_gap,
+            "parked": i.parked,
+            "oldest_parked_age_seconds": i.oldest_parked_age_seconds,
+            "failed": i.failed,
+        })).collect::<Vec<_>>()),
+    })
+}
+
+/// `n`, followed by `+` when it is a lower bound.
+fn count(n: i64, exact: bool) -> String {
+    if exact { n.to_string() } else { format!("{n}+") }
+}
+
+fn to_text(r: &Report) -> String {
+    use std::fmt::Write as _;
+    let b = &r.backlog;
+    let mut out = String::new();
+    let quarantined = if b.quarantined.is_empty() {
+        "0".to_owned()
+    } else {
+        b.quarantined.iter().map(|(k, n)| format!("{n} {k}")).collect::<Vec<_>>().join(", ")
+    };
+    let rows = [
+        ("waiting", format!("{}{}", b.waiting, if b.waiting_exact { "" } else { " (estimated)" })),
+        ("held behind a quarantine", b.held.to_string()),
+        ("oldest waiting", format!("{:.1} s", b.oldest_waiting_age.as_secs_f64())),
+        ("oldest held", format!("{:.1} s", b.oldest_held_age.as_secs_f64())),
+        ("quarantined", quarantined),
+        ("published, last minute", r.activity.published_last_minute.to_string()),
+        ("published, last hour", r.activity.published_last_hour.to_string()),
+        ("entities behind", count(b.entities_behind, b.entities_exact())),
+        ("largest entity gap", count(b.largest_gap, b.entities_exact())),
+        ("expired leases", count(b.expired_leases, b.entities_exact())),
+    ];
+    for (name, value) in rows {
+        let _ = writeln!(out, "{name:<26}{value}");
+    }
+    let _ = writeln!(out, "\nrelays holding claims{}", if r.activity.claims.is_empty() { ": none" } else { "" });
+    if !r.activity.claims.is_empty() {
+        let _ = writeln!(out, "  {:<32} {:>8} {:>8}  LEASE UNTIL", "OWNER", "ROWS", "EXPIRED");
+    }
+    for c in &r.activity.claims {
+        let until = c.lease_until.1.format("%Y-%m-%dT%H:%M:%SZ");
+        let _ = writeln!(out, "  {:<32} {:>8} {:>8}  {until}", c.owner, c.rows, c.expired);
+    }
+    match &r.inbox {
+        None => out.push_str("\ninbox: no inbox tables in this database\n"),
+        Some(consumers) if consumers.is_empty() => out.push_str("\ninbox consumers: none\n"),
+        Some(consumers) => {
+            let _ = writeln!(out, "\ninbox consumers");
+            let _ = writeln!(
+                out,
+                "  {:<24} {:>12} {:>8} {:>14} {:>8}",
+                "CONSUMER", "WITH A GAP", "PARKED", "OLDEST PARKED", "FAILED"
+            );
+            for (name, i) in consumers {
+                let oldest = format!("{:.1} s", i.oldest_parked_age_seconds);
+                let _ = writeln!(
+                    out,
+                    "  {name:<24} {:>12} {:>8} {oldest:>14} {:>8}",
+                    i.entities_with_gap, i.parked, i.failed
+                );
+            }
+        }
+    }
+    out
 }

@@ -143,3 +143,22 @@ pub async fn backlog(pool: &PgPool, consumer: &str) -> Result<InboxBacklog> {
         failed,
     })
 }
+
+/// The consumers with an inbox in this database, in name order: one index descent per consumer
+/// (a skip scan of the primary key of its events), whatever the number of events.
+const CONSUMERS: &str = "\
+WITH RECURSIVE c AS (
+    (SELECT consumer FROM inbox_events ORDER BY consumer LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.consumer FROM inbox_events e WHERE e.consumer > c.consumer ORDER BY e.consumer LIMIT 1)
+    FROM c WHERE c.consumer IS NOT NULL
+)
+SELECT consumer FROM c WHERE consumer IS NOT NULL";
+
+/// The consumers that have applied or parked an event in this database's inbox tables.
+///
+/// # Errors
+/// A database error (for example the inbox tables do not exist).
+pub async fn consumers(pool: &PgPool) -> Result<Vec<String>> {
+    Ok(sqlx::query_scalar(CONSUMERS).fetch_all(pool).await?)
+}

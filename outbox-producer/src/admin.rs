@@ -23,6 +23,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::Result;
+pub use crate::activity::{Activity, CLAIMS_SAMPLED, COUNTED_UP_TO, RelayClaims, activity};
 pub use crate::backlog::{Backlog, EXACT_UP_TO, SAMPLED, backlog};
 pub use crate::stats::{Stats, stats};
 

@@ -33,6 +33,7 @@
 //! # Ok(()) }
 //! ```
 
+mod activity;
 pub mod admin;
 mod backlog;
 mod enqueue;
