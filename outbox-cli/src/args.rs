@@ -10,6 +10,11 @@ use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use outbox_relay::defaults;
 
+// A path that reads the same whether this file is `crate::args` or included by a test with `#[path]`.
+#[path = "args/repair.rs"]
+mod repair;
+pub(crate) use repair::{EventsCommand, QuarantineCommand};
+
 /// The longest duration a flag accepts: one day. No lease, timeout, deadline or polling interval
 /// worth having is longer, so a larger value is a mistake (milliseconds typed as seconds, a
 /// missing decimal point). The bound also keeps every deadline the relay computes from these
@@ -71,6 +76,16 @@ pub(crate) enum Command {
     },
     /// Publish committed outbox rows to RabbitMQ until SIGTERM or SIGINT.
     Relay(Box<RelayArgs>),
+    /// Look at events: one event's record, or an entity's events.
+    Events {
+        #[command(subcommand)]
+        command: EventsCommand,
+    },
+    /// The quarantine: list, show, retry or skip the events that could not be published.
+    Quarantine {
+        #[command(subcommand)]
+        command: QuarantineCommand,
+    },
 }
 
 /// How log lines are written.

@@ -48,6 +48,12 @@ pub(crate) enum CliError {
     /// Reading an inbox failed.
     #[error("{0}")]
     Inbox(String),
+    /// The outbox holds no event with this id.
+    #[error("no event {0} in the outbox (never written, or removed by retention)")]
+    NoSuchEvent(outbox_core::EventId),
+    /// Events an operator named are not quarantined; nothing was changed.
+    #[error("not quarantined: {0}; nothing was changed (see `outbox events show ID`)")]
+    NotQuarantined(String),
     /// The AMQP URL cannot be used (the message never quotes it).
     #[error("{0}")]
     Broker(#[from] outbox_amqp::Error),

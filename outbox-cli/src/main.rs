@@ -30,8 +30,10 @@ mod args;
 mod broker;
 mod connect;
 mod error;
+mod events;
 mod logging;
 mod migrate;
+mod quarantine;
 mod relay;
 mod retry;
 mod schema;
@@ -67,7 +69,30 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             outcome
         }
         Command::Relay(args) => relay::run(options, timeout, *args).await,
+        Command::Events { command } => {
+            let pool = outbox_pool(options, timeout).await?;
+            let outcome = events::run(&pool, command).await;
+            pool.close().await;
+            outcome
+        }
+        Command::Quarantine { command } => {
+            let pool = outbox_pool(options, timeout).await?;
+            let outcome = quarantine::run(&pool, command).await;
+            pool.close().await;
+            outcome
+        }
     }
+}
+
+/// A pool over a database that answers within `timeout` and holds the outbox tables.
+async fn outbox_pool(
+    options: sqlx::postgres::PgConnectOptions,
+    timeout: std::time::Duration,
+) -> Result<sqlx::PgPool, CliError> {
+    let mut conn = connect::within(&options, timeout).await?;
+    schema::check_outbox(&mut conn).await?;
+    drop(conn);
+    Ok(connect::pool(options, timeout))
 }
 
 /// Prints a clap error (help and version as clap prints them, a usage error on one line) and

@@ -21,11 +21,13 @@ const BAD: [&str; 6] = ["0", "-1", "nan", "inf", "1e30", "abc"];
 /// Flags for which 0 has a meaning.
 const ZERO_ALLOWED: [&str; 1] = ["--vacuum-after-rows"]; // 0: leave vacuuming to autovacuum
 
-/// A flag that takes a number: where it is (the subcommand, or none for global flags) and its name.
+/// A flag that takes a number: where it is (the path of subcommands, empty for global flags), its
+/// name, and what else its command requires (a placeholder for each required argument).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct NumericFlag {
-    subcommand: Option<String>,
+    subcommand: Vec<String>,
     long: String,
+    required: Vec<String>,
 }
 
 fn is_numeric(arg: &Arg) -> bool {
@@ -49,32 +51,45 @@ fn is_numeric(arg: &Arg) -> bool {
     .any(|t| parsed == t)
 }
 
-fn numeric_flags() -> Vec<NumericFlag> {
-    let cli = Cli::command();
-    let mut found = Vec::new();
-    let mut collect = |subcommand: Option<&str>, cmd: &clap::Command| {
-        for arg in cmd.get_arguments().filter(|a| is_numeric(a)) {
-            let long =
-                arg.get_long().map(|l| format!("--{l}")).unwrap_or_else(|| panic!("{} has no long form", arg.get_id()));
-            found.push(NumericFlag { subcommand: subcommand.map(str::to_owned), long });
-        }
-    };
-    collect(None, &cli);
-    for sub in cli.get_subcommands() {
-        assert!(sub.get_subcommands().next().is_none(), "nested subcommands: extend this walk");
-        collect(Some(sub.get_name()), sub);
+/// A placeholder for each argument `cmd` requires: an event id for a positional, `--x=v` for a flag.
+fn placeholders(cmd: &clap::Command) -> Vec<String> {
+    cmd.get_arguments()
+        .filter(|a| a.is_required_set())
+        .map(|a| match a.get_long() {
+            Some(long) => format!("--{long}=placeholder"),
+            None => "00000000-0000-0000-0000-000000000001".to_owned(),
+        })
+        .collect()
+}
+
+/// Collects the numeric flags of `cmd` (at `path`) and of its subcommands, at any depth.
+fn collect(path: &[String], cmd: &clap::Command, found: &mut Vec<NumericFlag>) {
+    for arg in cmd.get_arguments().filter(|a| is_numeric(a)) {
+        let long =
+            arg.get_long().map(|l| format!("--{l}")).unwrap_or_else(|| panic!("{} has no long form", arg.get_id()));
+        found.push(NumericFlag { subcommand: path.to_vec(), long, required: placeholders(cmd) });
     }
+    for sub in cmd.get_subcommands() {
+        let mut deeper = path.to_vec();
+        deeper.push(sub.get_name().to_owned());
+        collect(&deeper, sub, found);
+    }
+}
+
+fn numeric_flags() -> Vec<NumericFlag> {
+    let mut found = Vec::new();
+    collect(&[], &Cli::command(), &mut found);
     found
 }
 
 /// The arguments that give `flag` the value `value`, with whatever else its command requires.
 fn argv(flag: &NumericFlag, value: &str) -> Vec<String> {
     let mut argv = vec!["outbox".to_owned()];
-    match flag.subcommand.as_deref() {
+    match flag.subcommand.first().map(String::as_str) {
         // Global flags: on the command that needs least.
         None => argv.push("status".to_owned()),
         Some("relay") => argv.extend(["relay", "--amqp-url", "amqp://guest:guest@127.0.0.1:1/%2f"].map(str::to_owned)),
-        Some(other) => argv.push(other.to_owned()),
+        Some(_) => argv.extend(flag.subcommand.iter().chain(&flag.required).cloned()),
     }
     argv.push(format!("{}={value}", flag.long));
     argv
@@ -93,6 +108,7 @@ fn the_walk_finds_every_known_numeric_flag() {
         "--confirm-timeout-secs",
         "--shutdown-deadline-secs",
         "--vacuum-after-rows",
+        "--limit",
     ] {
         assert!(found.iter().any(|f| f == known), "{known} not found among {found:?}");
     }

@@ -25,6 +25,7 @@ use uuid::Uuid;
 use crate::Result;
 pub use crate::activity::{Activity, CLAIMS_SAMPLED, COUNTED_UP_TO, RelayClaims, activity};
 pub use crate::backlog::{Backlog, EXACT_UP_TO, SAMPLED, backlog};
+pub use crate::events::{EventRecord, entity_events, event, payload};
 pub use crate::stats::{Stats, stats};
 
 /// A quarantined event, as an operator sees it (no payload).
@@ -68,11 +69,26 @@ type Row = (
 /// # Errors
 /// A database error.
 pub async fn list_quarantined(pool: &PgPool, limit: i64) -> Result<Vec<QuarantinedEvent>> {
+    list_quarantined_of(pool, None, limit).await
+}
+
+/// Lists up to `limit` quarantined events of failure kind `kind` (every kind for `None`), oldest
+/// quarantine first.
+///
+/// # Errors
+/// A database error.
+pub async fn list_quarantined_of(
+    pool: &PgPool,
+    kind: Option<FailureKind>,
+    limit: i64,
+) -> Result<Vec<QuarantinedEvent>> {
     let rows: Vec<Row> = sqlx::query_as(
         "SELECT id, event_type, entity_key, seq, attempts, last_error_kind, last_error, created_at, quarantined_at
-         FROM outbox_events WHERE status = 'quarantined' ORDER BY quarantined_at, id LIMIT $1",
+         FROM outbox_events WHERE status = 'quarantined' AND ($2::text IS NULL OR last_error_kind = $2)
+         ORDER BY quarantined_at, id LIMIT $1",
     )
     .bind(limit)
+    .bind(kind.map(FailureKind::as_str))
     .fetch_all(pool)
     .await?;
     Ok(rows
@@ -176,13 +192,29 @@ pub async fn retry(pool: &PgPool, id: EventId) -> Result<bool> {
 /// # Errors
 /// A database error.
 pub async fn skip(pool: &PgPool, id: EventId) -> Result<bool> {
-    resolve(
-        pool,
-        id,
+    skip_because(pool, id, None).await
+}
+
+/// [`skip`], recording the operator's `reason` with the event's last error.
+///
+/// # Errors
+/// A database error.
+pub async fn skip_because(pool: &PgPool, id: EventId, reason: Option<&str>) -> Result<bool> {
+    let mut tx = pool.begin().await?;
+    let row: Option<(Option<String>, Option<i64>)> = sqlx::query_as(
         "UPDATE outbox_events SET status = 'skipped', lease_owner = NULL, claim_token = NULL, lease_until = NULL,
-                last_error = coalesce(last_error, '') || ' (skipped by an operator)'
+                last_error = coalesce(last_error, '') || ' (skipped by an operator' || coalesce(': ' || $2, '') || ')'
          WHERE id = $1 AND status = 'quarantined' RETURNING entity_key, seq",
-        "skip",
     )
-    .await
+    .bind(id.as_uuid())
+    .bind(reason)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some((key, seq)) = row else {
+        return Ok(false);
+    };
+    finish(&mut tx, key.zip(seq)).await?;
+    tx.commit().await?;
+    tracing::info!(event_id = %id, action = "skip", "outbox.quarantine_resolved");
+    Ok(true)
 }

@@ -31,13 +31,18 @@ pub enum Error {
     /// A retention setting is out of range.
     #[error("invalid configuration: {0}")]
     InvalidConfig(&'static str),
+    /// A row breaks the schema's promises (written by SQL rather than `enqueue`).
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
 }
 
 impl Error {
     /// The class of failure: whether trying again can help.
     pub fn kind(&self) -> FailureKind {
         match self {
-            Self::InvalidEvent(_) | Self::InvalidBatchEvent { .. } | Self::InvalidConfig(_) => FailureKind::Contract,
+            Self::InvalidEvent(_) | Self::InvalidBatchEvent { .. } | Self::InvalidConfig(_) | Self::Corrupt(_) => {
+                FailureKind::Contract
+            }
             Self::Database(e) => database_kind(e),
             Self::Migrate(_) => FailureKind::Transient,
         }
@@ -54,6 +59,7 @@ impl std::fmt::Debug for Error {
             Self::Database(e) => f.debug_tuple("Database").field(&RedactedSqlx(e)).finish(),
             Self::Migrate(e) => f.debug_tuple("Migrate").field(&format_args!("{e}")).finish(),
             Self::InvalidConfig(what) => f.debug_tuple("InvalidConfig").field(what).finish(),
+            Self::Corrupt(what) => f.debug_tuple("Corrupt").field(what).finish(),
         }
     }
 }

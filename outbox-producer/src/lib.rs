@@ -38,6 +38,7 @@ pub mod admin;
 mod backlog;
 mod enqueue;
 mod error;
+mod events;
 mod metrics;
 mod migrate;
 #[cfg(feature = "otel")]

@@ -1,0 +1,96 @@
+//! The commands an operator repairs with: looking at events, and the quarantine's list, show,
+//! retry and skip.
+
+use clap::Subcommand;
+use clap::builder::RangedU64ValueParser;
+
+/// At most 10,000 rows per listing: a screen or a script, not an export.
+pub(crate) const MAX_LIMIT: u64 = 10_000;
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum EventsCommand {
+    /// One event's record: status, attempts, last error and its kind, lease, its place in its
+    /// entity. The payload only with --payload.
+    Show {
+        /// The event id (a UUID).
+        #[arg(value_parser = event_id)]
+        id: uuid::Uuid,
+        /// Print the payload too (as text if it is UTF-8, else as hex).
+        #[arg(long)]
+        payload: bool,
+        /// One JSON object instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// An entity's events still in the outbox, in sequence order: the last --limit of them.
+    List {
+        /// The entity key.
+        #[arg(long)]
+        entity: String,
+        /// How many of the entity's last events (1 to 10,000).
+        #[arg(long, default_value = "50", value_parser = RangedU64ValueParser::<u64>::new().range(1..=MAX_LIMIT))]
+        limit: u64,
+        /// One JSON array instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum QuarantineCommand {
+    /// The quarantined events, oldest quarantine first, with kind and reason.
+    List {
+        /// Only this failure kind (transient, contract, auth, rejected, contended).
+        #[arg(long, value_parser = failure_kind)]
+        kind: Option<outbox_core::FailureKind>,
+        /// At most this many (1 to 10,000).
+        #[arg(long, default_value = "100", value_parser = RangedU64ValueParser::<u64>::new().range(1..=MAX_LIMIT))]
+        limit: u64,
+        /// One JSON array instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One quarantined event's record (as `outbox events show`).
+    Show {
+        /// The event id (a UUID).
+        #[arg(value_parser = event_id)]
+        id: uuid::Uuid,
+        /// One JSON object instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Publish quarantined events again: the same row and the same event id, attempts reset; the
+    /// events held behind them follow. Every id must be quarantined, or nothing is changed.
+    Retry {
+        /// Event ids (UUIDs).
+        #[arg(value_parser = event_id, required_unless_present = "all", conflicts_with = "all")]
+        ids: Vec<uuid::Uuid>,
+        /// Every quarantined event of --kind.
+        #[arg(long, requires = "kind")]
+        all: bool,
+        /// With --all: the failure kind to retry.
+        #[arg(long, value_parser = failure_kind, requires = "all")]
+        kind: Option<outbox_core::FailureKind>,
+    },
+    /// Give up on quarantined events: recorded as skipped, never published; their entities' later
+    /// events flow again. Asks for --yes, or a --reason that is recorded with the event.
+    Skip {
+        /// Event ids (UUIDs).
+        #[arg(value_parser = event_id, required = true)]
+        ids: Vec<uuid::Uuid>,
+        /// Skip without recording a reason.
+        #[arg(long, required_unless_present = "reason")]
+        yes: bool,
+        /// Why, recorded with the event's last error.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+}
+
+fn event_id(text: &str) -> Result<uuid::Uuid, String> {
+    uuid::Uuid::parse_str(text.trim()).map_err(|_| "expected an event id (a UUID)".to_owned())
+}
+
+fn failure_kind(text: &str) -> Result<outbox_core::FailureKind, String> {
+    text.trim().parse().map_err(|_| "expected transient, contract, auth, rejected or contended".to_owned())
+}

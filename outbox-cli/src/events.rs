@@ -1,0 +1,161 @@
+//! `outbox events show ID | list --entity KEY`: an event's record, an entity's events. The payload
+//! only when asked for.
+
+use std::fmt::Write as _;
+
+use outbox_core::EventId;
+use outbox_producer::admin::{self, EventRecord};
+use serde_json::{Value, json};
+use sqlx::PgPool;
+
+use crate::args::EventsCommand;
+use crate::error::CliError;
+
+/// Runs an `events` command.
+///
+/// # Errors
+/// [`CliError::NoSuchEvent`] for an id the outbox does not hold; a database error.
+pub(crate) async fn run(pool: &PgPool, command: EventsCommand) -> Result<(), CliError> {
+    match command {
+        EventsCommand::Show { id, payload, json } => show(pool, EventId::from_uuid(id), payload, json).await,
+        EventsCommand::List { entity, limit, json } => {
+            let records = admin::entity_events(pool, &entity, i64::try_from(limit).unwrap_or(i64::MAX)).await?;
+            if json {
+                println!("{}", Value::Array(records.iter().map(to_json).collect()));
+            } else if records.is_empty() {
+                println!("no events of entity {entity:?} in the outbox");
+            } else {
+                print!("{}", table(&records));
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Prints one event's record (and its payload if asked).
+///
+/// # Errors
+/// [`CliError::NoSuchEvent`]; a database error.
+pub(crate) async fn show(pool: &PgPool, id: EventId, with_payload: bool, json: bool) -> Result<(), CliError> {
+    let record = admin::event(pool, id).await?.ok_or(CliError::NoSuchEvent(id))?;
+    let payload = if with_payload { admin::payload(pool, id).await? } else { None };
+    if json {
+        let mut v = to_json(&record);
+        if let Some((bytes, content_type)) = &payload {
+            v["content_type"] = json!(content_type);
+            v["payload"] = json!(String::from_utf8_lossy(bytes));
+        }
+        println!("{v}");
+    } else {
+        print!("{}", text(&record));
+        if let Some((bytes, content_type)) = payload {
+            println!("{:<16}{content_type}", "content type");
+            match String::from_utf8(bytes) {
+                Ok(text) => println!("{:<16}{text}", "payload"),
+                Err(e) => println!("{:<16}{}", "payload (hex)", hex(e.as_bytes())),
+            }
+        }
+    }
+    Ok(())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+fn time(t: Option<chrono::DateTime<chrono::Utc>>) -> String {
+    t.map_or_else(|| "-".to_owned(), |t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+}
+
+/// Where the event stands in its entity: `seq N of M`.
+fn place(r: &EventRecord) -> String {
+    match (&r.entity, r.entity_last_seq) {
+        (Some((key, seq)), Some(last)) => format!("{key}: {seq} of {last}"),
+        (Some((key, seq)), None) => format!("{key}: {seq}"),
+        (None, _) => "none (unordered)".to_owned(),
+    }
+}
+
+fn error_text(r: &EventRecord) -> String {
+    match &r.last_error {
+        Some((kind, e)) => format!("{} — {e}", kind.map_or("unknown", |k| k.as_str())),
+        None => "-".to_owned(),
+    }
+}
+
+/// The next attempt: a time, `held` behind a quarantined event, or nothing for a final row.
+fn next(r: &EventRecord) -> String {
+    match (r.status, r.next_attempt_at) {
+        (outbox_core::Status::Pending, None) => "held behind a quarantined event".to_owned(),
+        (_, t) => time(t),
+    }
+}
+
+fn text(r: &EventRecord) -> String {
+    let lease = r.lease.as_ref().map_or("-".to_owned(), |(owner, until)| format!("{owner} until {}", time(*until)));
+    let rows = [
+        ("id", r.id.to_string()),
+        ("type", format!("{} v{}", r.event_type, r.event_version)),
+        ("entity", place(r)),
+        ("status", r.status.to_string()),
+        ("attempts", r.attempts.to_string()),
+        ("last error", error_text(r)),
+        ("next attempt", next(r)),
+        ("claimed by", lease),
+        ("created", time(Some(r.created_at))),
+        ("published", time(r.published_at)),
+        ("quarantined", time(r.quarantined_at)),
+        ("correlation id", r.correlation_id.clone().unwrap_or_else(|| "-".to_owned())),
+        ("causation id", r.causation_id.clone().unwrap_or_else(|| "-".to_owned())),
+    ];
+    rows.iter().fold(String::new(), |mut out, (name, value)| {
+        let _ = writeln!(out, "{name:<16}{value}");
+        out
+    })
+}
+
+fn table(records: &[EventRecord]) -> String {
+    let mut out =
+        format!("{:>6}  {:<36}  {:<11}  {:>8}  {:<24}  LAST ERROR\n", "SEQ", "ID", "STATUS", "ATTEMPTS", "CREATED");
+    for r in records {
+        let seq = r.entity.as_ref().map_or(0, |(_, s)| *s);
+        let _ = writeln!(
+            out,
+            "{seq:>6}  {:<36}  {:<11}  {:>8}  {:<24}  {}",
+            r.id.to_string(),
+            r.status.as_str(),
+            r.attempts,
+            time(Some(r.created_at)),
+            error_text(r)
+        );
+    }
+    out
+}
+
+/// An event's record as JSON (no payload).
+pub(crate) fn to_json(r: &EventRecord) -> Value {
+    json!({
+        "id": r.id.to_string(),
+        "event_type": r.event_type,
+        "event_version": r.event_version,
+        "entity_key": r.entity.as_ref().map(|(k, _)| k),
+        "seq": r.entity.as_ref().map(|(_, s)| s),
+        "entity_last_seq": r.entity_last_seq,
+        "status": r.status.as_str(),
+        "attempts": r.attempts,
+        "last_error_kind": r.last_error.as_ref().and_then(|(k, _)| k.map(|k| k.as_str())),
+        "last_error": r.last_error.as_ref().map(|(_, e)| e),
+        "held": r.status == outbox_core::Status::Pending && r.next_attempt_at.is_none(),
+        "next_attempt_at": r.next_attempt_at.map(|t| t.to_rfc3339()),
+        "lease_owner": r.lease.as_ref().map(|(o, _)| o),
+        "lease_until": r.lease.as_ref().and_then(|(_, u)| u.map(|t| t.to_rfc3339())),
+        "created_at": r.created_at.to_rfc3339(),
+        "published_at": r.published_at.map(|t| t.to_rfc3339()),
+        "quarantined_at": r.quarantined_at.map(|t| t.to_rfc3339()),
+        "correlation_id": r.correlation_id,
+        "causation_id": r.causation_id,
+    })
+}
