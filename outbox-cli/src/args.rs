@@ -13,7 +13,7 @@ use outbox_relay::defaults;
 // A path that reads the same whether this file is `crate::args` or included by a test with `#[path]`.
 #[path = "args/repair.rs"]
 mod repair;
-pub(crate) use repair::{EventsCommand, QuarantineCommand};
+pub(crate) use repair::{EventsCommand, InboxCommand, QuarantineCommand};
 
 /// The longest duration a flag accepts: one day. No lease, timeout, deadline or polling interval
 /// worth having is longer, so a larger value is a mistake (milliseconds typed as seconds, a
@@ -85,6 +85,11 @@ pub(crate) enum Command {
     Quarantine {
         #[command(subcommand)]
         command: QuarantineCommand,
+    },
+    /// A consumer's inbox: its gaps and failed events, and their repair by the running consumer.
+    Inbox {
+        #[command(subcommand)]
+        command: InboxCommand,
     },
 }
 

@@ -51,6 +51,18 @@ pub(crate) enum CliError {
     /// The outbox holds no event with this id.
     #[error("no event {0} in the outbox (never written, or removed by retention)")]
     NoSuchEvent(outbox_core::EventId),
+    /// The inbox tables are missing.
+    #[error("the inbox tables do not exist in this database: run `outbox migrate` first")]
+    InboxNotMigrated,
+    /// No failed event of the consumer has this id.
+    #[error("{1} has no failed event {0}; nothing was changed (see `outbox inbox failed {1}`)")]
+    NoSuchInboxEvent(outbox_core::EventId, String),
+    /// A failed event of no entity cannot be handed back to the consumer's sweep.
+    #[error("{0} belongs to no entity: retry it from its service (InboxService::retry_failed)")]
+    UnorderedRetry(outbox_core::EventId),
+    /// Nothing of the entity is parked behind a hole.
+    #[error("{1} has no gap for entity {0:?}; nothing was changed (see `outbox inbox gaps {1}`)")]
+    NoGap(String, String),
     /// Events an operator named are not quarantined; nothing was changed.
     #[error("not quarantined: {0}; nothing was changed (see `outbox events show ID`)")]
     NotQuarantined(String),

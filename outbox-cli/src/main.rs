@@ -31,6 +31,7 @@ mod broker;
 mod connect;
 mod error;
 mod events;
+mod inbox;
 mod logging;
 mod migrate;
 mod quarantine;
@@ -78,6 +79,15 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Quarantine { command } => {
             let pool = outbox_pool(options, timeout).await?;
             let outcome = quarantine::run(&pool, command).await;
+            pool.close().await;
+            outcome
+        }
+        Command::Inbox { command } => {
+            let mut conn = connect::within(&options, timeout).await?;
+            schema::check_inbox(&mut conn).await?;
+            drop(conn);
+            let pool = connect::pool(options, timeout);
+            let outcome = inbox::run(&pool, command).await;
             pool.close().await;
             outcome
         }

@@ -46,3 +46,16 @@ async fn migrations_behind(conn: &mut PgConnection) -> Result<usize, CliError> {
     let migrator = outbox_producer::migrator();
     Ok(migrator.iter().filter(|m| !m.migration_type.is_down_migration() && !applied.contains(&m.version)).count())
 }
+
+/// Succeeds if the inbox tables exist.
+///
+/// # Errors
+/// [`CliError::InboxNotMigrated`], or the database's error.
+pub(crate) async fn check_inbox(conn: &mut PgConnection) -> Result<(), CliError> {
+    let missing: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM unnest(ARRAY['inbox_events', 'inbox_entities']) AS t(name) WHERE to_regclass(name) IS NULL",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    if missing > 0 { Err(CliError::InboxNotMigrated) } else { Ok(()) }
+}

@@ -94,3 +94,67 @@ fn event_id(text: &str) -> Result<uuid::Uuid, String> {
 fn failure_kind(text: &str) -> Result<outbox_core::FailureKind, String> {
     text.trim().parse().map_err(|_| "expected transient, contract, auth, rejected or contended".to_owned())
 }
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum InboxCommand {
+    /// A consumer's inbox at a glance: entities with a gap, parked and failed events, the oldest
+    /// parked age, events processed in the last minute and hour.
+    Status {
+        /// The consumer name.
+        consumer: String,
+        /// One JSON object instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The consumer's gaps: entities whose next event has not arrived while later ones are parked.
+    Gaps {
+        /// The consumer name.
+        consumer: String,
+        /// One JSON array instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The consumer's events that failed for good and wait for an operator.
+    Failed {
+        /// The consumer name.
+        consumer: String,
+        /// One JSON array instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Apply a failed event again: it is parked again, and the running consumer applies it (and
+    /// the events parked behind it) at its next sweep, when it is its entity's next event.
+    Retry {
+        /// The consumer name.
+        consumer: String,
+        /// The event id (a UUID).
+        #[arg(value_parser = event_id)]
+        id: uuid::Uuid,
+    },
+    /// Give up on a failed event: recorded as skipped, never applied; the events parked behind it
+    /// are applied by the running consumer. Asks for --yes, or a --reason that is recorded.
+    Skip {
+        /// The consumer name.
+        consumer: String,
+        /// The event id (a UUID).
+        #[arg(value_parser = event_id)]
+        id: uuid::Uuid,
+        /// Skip without recording a reason.
+        #[arg(long, required_unless_present = "reason")]
+        yes: bool,
+        /// Why, recorded with the event's last error.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Give up on the missing events of an entity: the running consumer then applies the events
+    /// parked behind the gap, in order. Asks for --yes.
+    SkipGap {
+        /// The consumer name.
+        consumer: String,
+        /// The entity key.
+        entity: String,
+        /// Confirm giving up on the missing events.
+        #[arg(long, required = true)]
+        yes: bool,
+    },
+}

@@ -1,6 +1,8 @@
 //! The operator's view of an inbox: gaps (events parked behind a missing predecessor) and failed
-//! events. Acting on them goes through the [`crate::InboxService`] (`skip_gap`, `skip_failed`,
-//! `retry_failed`), because applying what was parked needs the handler.
+//! events, and repairs without the handler ([`request_retry`], [`skip_failed`], [`skip_gap`]): they
+//! move the inbox's state, and the running consumer's sweep applies what they made ready. A
+//! service with its handler at hand can apply at once with [`crate::InboxService`]'s `retry_failed`,
+//! `skip_failed` and `skip_gap`.
 //!
 //! ```no_run
 //! # async fn demo(pool: sqlx::PgPool) -> Result<(), outbox_consumer::Error> {
@@ -15,6 +17,9 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
 use crate::Result;
+
+mod requests;
+pub use requests::{Requested, request_retry, skip_failed, skip_gap};
 
 /// An entity whose next event has not arrived while later ones wait, parked.
 #[derive(Debug, Clone, PartialEq)]
