@@ -13,7 +13,7 @@ use outbox_relay::defaults;
 // A path that reads the same whether this file is `crate::args` or included by a test with `#[path]`.
 #[path = "args/repair.rs"]
 mod repair;
-pub(crate) use repair::{EventsCommand, InboxCommand, QuarantineCommand};
+pub(crate) use repair::{CleanupArgs, EventsCommand, InboxCommand, QuarantineCommand};
 
 /// The longest duration a flag accepts: one day. No lease, timeout, deadline or polling interval
 /// worth having is longer, so a larger value is a mistake (milliseconds typed as seconds, a
@@ -91,6 +91,9 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: InboxCommand,
     },
+    /// Delete old published outbox rows (and, with --inbox, a consumer's old processed event ids)
+    /// in bounded batches, with progress; never a waiting, claimed, held, quarantined or parked row.
+    Cleanup(CleanupArgs),
 }
 
 /// How log lines are written.
@@ -169,6 +172,13 @@ pub(crate) struct RelayArgs {
     /// taken over, waiting, oldest age). At most one day.
     #[arg(long, default_value = "60", value_parser = seconds)]
     pub(crate) summary_interval_secs: Duration,
+    /// Delete outbox rows published longer ago than this, every minute, in bounded batches (`7d`,
+    /// `12h`, ...). Every relay may run it at once.
+    #[arg(long, default_value = "7d", value_parser = repair::age)]
+    pub(crate) retention: Duration,
+    /// Run no retention in this relay (another relay or `outbox cleanup` does it).
+    #[arg(long)]
+    pub(crate) no_retention: bool,
     /// Serve /metrics (Prometheus text format), /healthz and /readyz on this address, for example
     /// 127.0.0.1:9464. Off unless given, so that several relays can run on one host.
     #[arg(long, env = "OUTBOX_METRICS_ADDR")]

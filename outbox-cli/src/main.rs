@@ -28,6 +28,7 @@
 
 mod args;
 mod broker;
+mod cleanup;
 mod connect;
 mod error;
 mod events;
@@ -79,6 +80,16 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Quarantine { command } => {
             let pool = outbox_pool(options, timeout).await?;
             let outcome = quarantine::run(&pool, command).await;
+            pool.close().await;
+            outcome
+        }
+        Command::Cleanup(args) => {
+            let pool = outbox_pool(options, timeout).await?;
+            if args.inbox.is_some() {
+                let mut conn = pool.acquire().await?;
+                schema::check_inbox(&mut conn).await?;
+            }
+            let outcome = cleanup::run(&pool, args).await;
             pool.close().await;
             outcome
         }

@@ -56,6 +56,7 @@ async fn start_and_run(
 }
 
 fn relay(db: PgConnectOptions, publisher: AmqpPublisher, args: RelayArgs) -> Result<Relay<AmqpPublisher>, CliError> {
+    let retention = retention(&args)?;
     let mut builder = Relay::builder(db, publisher)
         .exchange(args.exchange)
         .exchange_kind(exchange_kind(args.exchange_kind))
@@ -68,6 +69,7 @@ fn relay(db: PgConnectOptions, publisher: AmqpPublisher, args: RelayArgs) -> Res
         .shutdown_deadline(args.shutdown_deadline_secs)
         .gauge_interval(Some(args.gauge_interval_secs))
         .summary_interval(Some(args.summary_interval_secs))
+        .retention(retention)
         .vacuum_after((args.vacuum_after_rows > 0).then_some(args.vacuum_after_rows));
     if let Some(n) = args.partitions {
         builder = builder.routing(outbox_relay::Partitioned::new(n));
@@ -79,6 +81,15 @@ fn relay(db: PgConnectOptions, publisher: AmqpPublisher, args: RelayArgs) -> Res
         builder = builder.relay_id(id);
     }
     Ok(builder.build()?)
+}
+
+/// The relay's retention: published rows older than `--retention`, 5,000 per statement, at most
+/// 100 statements a minute; none with `--no-retention`.
+fn retention(args: &RelayArgs) -> Result<Option<outbox_producer::Retention>, CliError> {
+    if args.no_retention {
+        return Ok(None);
+    }
+    Ok(Some(outbox_producer::Retention::builder(args.retention).batch_size(5_000).max_batches(100).build()?))
 }
 
 fn exchange_kind(kind: ExchangeKindArg) -> ExchangeKind {

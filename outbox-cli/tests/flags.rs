@@ -51,11 +51,13 @@ fn is_numeric(arg: &Arg) -> bool {
     .any(|t| parsed == t)
 }
 
-/// A placeholder for each argument `cmd` requires: an event id for a positional, `--x=v` for a flag.
+/// A valid placeholder for each argument `cmd` requires: an event id for a positional, an age for a
+/// duration flag, a word for any other flag.
 fn placeholders(cmd: &clap::Command) -> Vec<String> {
     cmd.get_arguments()
         .filter(|a| a.is_required_set())
         .map(|a| match a.get_long() {
+            Some(long) if is_numeric(a) => format!("--{long}=7d"),
             Some(long) => format!("--{long}=placeholder"),
             None => "00000000-0000-0000-0000-000000000001".to_owned(),
         })
@@ -109,6 +111,8 @@ fn the_walk_finds_every_known_numeric_flag() {
         "--shutdown-deadline-secs",
         "--vacuum-after-rows",
         "--limit",
+        "--older-than",
+        "--retention",
     ] {
         assert!(found.iter().any(|f| f == known), "{known} not found among {found:?}");
     }

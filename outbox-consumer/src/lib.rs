@@ -56,6 +56,7 @@ mod metrics;
 mod migrate;
 #[cfg(feature = "otel")]
 mod otel;
+pub mod retention;
 mod runner;
 
 pub use decode::{DeliveryError, DeliveryLimits, decode_delivery};

@@ -12,6 +12,9 @@ pub(crate) const BAD_DELIVERIES: &str = "inbox_bad_deliveries_total";
 /// Deliveries published to the dead-letter exchange, labels `consumer` and `reason` (counter).
 pub(crate) const DEAD_LETTERS: &str = "inbox_dead_letters_total";
 
+/// Processed event ids deleted by inbox retention, label `consumer` (counter).
+pub(crate) const PRUNED: &str = "inbox_retention_deleted_total";
+
 /// Entities with a parked gap, label `consumer` (gauge).
 pub(crate) const ENTITIES_WITH_GAP: &str = "inbox_entities_with_gap";
 /// Events parked, label `consumer` (gauge).
@@ -26,6 +29,7 @@ pub(crate) fn describe() {
     describe_counter!(EVENTS, "Events handled by an inbox (labels consumer, outcome).");
     describe_counter!(BAD_DELIVERIES, "Deliveries that did not decode (labels consumer, reason).");
     describe_counter!(DEAD_LETTERS, "Deliveries dead-lettered (labels consumer, reason).");
+    describe_counter!(PRUNED, "Processed event ids deleted by inbox retention (label consumer).");
     describe_gauge!(ENTITIES_WITH_GAP, "Entities with a parked gap (label consumer).");
     describe_gauge!(PARKED, "Events parked ahead of a gap (label consumer).");
     describe_gauge!(OLDEST_PARKED, Unit::Seconds, "Age of the oldest parked event (label consumer).");

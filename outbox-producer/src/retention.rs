@@ -165,7 +165,7 @@ impl Retention {
             .rows_affected();
         if n > 0 {
             metrics::counter!(crate::metrics::RETENTION_DELETED).increment(n);
-            tracing::info!(deleted = n, "outbox.retention_batch");
+            tracing::debug!(deleted = n, "outbox.retention_batch");
         }
         Ok(n)
     }

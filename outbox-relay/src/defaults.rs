@@ -38,3 +38,5 @@ pub const VACUUM_AFTER_ROWS: u64 = 100_000;
 pub const GAUGE_INTERVAL: Duration = Duration::from_secs(10);
 /// How often a relay logs its summary line at `info`.
 pub const SUMMARY_INTERVAL: Duration = Duration::from_secs(60);
+/// How often a relay with retention deletes old final rows.
+pub const RETENTION_INTERVAL: Duration = Duration::from_secs(60);

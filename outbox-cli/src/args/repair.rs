@@ -158,3 +158,47 @@ pub(crate) enum InboxCommand {
         yes: bool,
     },
 }
+
+/// Arguments of `outbox cleanup`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct CleanupArgs {
+    /// Delete outbox rows published longer ago than this (`90m`, `12h`, `7d`; at least 1 s).
+    #[arg(long, value_parser = age)]
+    pub(crate) older_than: std::time::Duration,
+    /// Delete skipped rows too (given up by an operator), by the age of their quarantine.
+    #[arg(long)]
+    pub(crate) include_skipped: bool,
+    /// Also delete this inbox consumer's processed event ids older than --dedup-window.
+    #[arg(long, requires = "dedup_window")]
+    pub(crate) inbox: Option<String>,
+    /// With --inbox: how long the consumer's processed event ids are kept (`7d`, ...).
+    #[arg(long, value_parser = age, requires = "inbox")]
+    pub(crate) dedup_window: Option<std::time::Duration>,
+    /// Rows per statement (1 to 100,000).
+    #[arg(long, default_value = "5000", value_parser = RangedU64ValueParser::<u64>::new().range(1..=100_000))]
+    pub(crate) batch_size: u64,
+    /// Count what would be deleted, delete nothing.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+}
+
+/// An age such as `90s`, `30m`, `12h` or `7d`: a positive number and a unit, from 1 s to 10 years.
+pub(crate) fn age(text: &str) -> Result<std::time::Duration, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let unit_secs = match unit {
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        "d" => 86_400.0,
+        _ => return Err("expected a number and a unit, s, m, h or d (for example 7d)".to_owned()),
+    };
+    let value: f64 =
+        number.parse().map_err(|_| "expected a number and a unit, s, m, h or d (for example 7d)".to_owned())?;
+    let secs = value * unit_secs;
+    if !(1.0..=10.0 * 365.0 * 86_400.0).contains(&secs) {
+        return Err("must be between 1 s and 3650 d".to_owned());
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
+}

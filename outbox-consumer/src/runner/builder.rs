@@ -33,6 +33,8 @@ pub(super) struct Settings {
     pub(super) limits: DeliveryLimits,
     pub(super) sweep_interval: Duration,
     pub(super) gauge_interval: Option<Duration>,
+    pub(super) dedup_window: Option<Duration>,
+    pub(super) retention_interval: Duration,
     pub(super) shutdown_deadline: Duration,
     #[cfg(feature = "fail-points")]
     pub(super) crash_at: Option<CrashPoint>,
@@ -61,6 +63,10 @@ impl<S> InboxRunnerBuilder<S> {
     pub const DEFAULT_BATCH_SIZE: usize = 16;
     /// How often parked events are swept unless set.
     pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(5);
+    /// Default [`InboxRunnerBuilder::dedup_window`]: 7 days.
+    pub const DEFAULT_DEDUP_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
+    /// Default [`InboxRunnerBuilder::retention_interval`]: a minute.
+    pub const DEFAULT_RETENTION_INTERVAL: Duration = Duration::from_secs(60);
     /// How often the inbox's backlog is read into the gauges unless set.
     pub const DEFAULT_GAUGE_INTERVAL: Duration = Duration::from_secs(10);
     /// How long a graceful shutdown waits for deliveries in hand unless set.
@@ -88,6 +94,8 @@ impl<S> InboxRunnerBuilder<S> {
             limits: DeliveryLimits::default(),
             sweep_interval: Self::DEFAULT_SWEEP_INTERVAL,
             gauge_interval: Some(Self::DEFAULT_GAUGE_INTERVAL),
+            dedup_window: Some(Self::DEFAULT_DEDUP_WINDOW),
+            retention_interval: Self::DEFAULT_RETENTION_INTERVAL,
             shutdown_deadline: Self::DEFAULT_SHUTDOWN_DEADLINE,
             #[cfg(feature = "fail-points")]
             crash_at: None,
@@ -183,6 +191,26 @@ impl<S> InboxRunnerBuilder<S> {
     #[must_use]
     pub fn gauge_interval(mut self, every: Option<Duration>) -> Self {
         self.settings.gauge_interval = every.filter(|d| !d.is_zero());
+        self
+    }
+
+    /// Sets how long the consumer keeps the ids of the events it processed: every
+    /// [`retention_interval`](InboxRunnerBuilder::retention_interval) the runner deletes older ones ([`retention::prune`](crate::retention::prune), bounded batches
+    /// that several runners share), or `None` to keep them forever. Defaults to 7 days. An ordered
+    /// event delivered again after its id is gone is still dropped by its sequence; for unordered
+    /// events the window is the time in which a duplicate is caught, so keep it well past the
+    /// longest time a redelivery can take.
+    #[must_use]
+    pub fn dedup_window(mut self, window: Option<Duration>) -> Self {
+        self.settings.dedup_window = window.filter(|d| !d.is_zero());
+        self
+    }
+
+    /// Sets how often the runner deletes processed event ids past the dedup window (at most 100
+    /// batches of 5,000 each time). Defaults to a minute.
+    #[must_use]
+    pub fn retention_interval(mut self, every: Duration) -> Self {
+        self.settings.retention_interval = every.max(Duration::from_millis(1));
         self
     }
 

@@ -10,6 +10,7 @@ mod batch;
 mod builder;
 mod gauges;
 mod handle;
+mod retention;
 mod session;
 
 use std::collections::HashMap;
@@ -110,6 +111,8 @@ where
         tokio::pin!(shutdown);
         let gauges = tokio::spawn(gauges::gauges(self.shared.clone()));
         let _stop_gauges = AbortOnDrop(gauges);
+        let retention = tokio::spawn(retention::retention(self.shared.clone()));
+        let _stop_retention = AbortOnDrop(retention);
         let mut backoff = outbox_core::Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
         loop {
             let wait = match self.shared.session(&mut shutdown).await {

@@ -15,7 +15,7 @@
 //! - `outcome.rs`: what each row's outcome means for the row (the decisions, apart from I/O), and
 //!   [`BatchReport`];
 //! - `record.rs`: recording the outcomes, fenced by the claim token, through database blips;
-//! - `tasks.rs`: the background tasks: LISTEN, housekeeping, vacuum, gauges;
+//! - `tasks.rs`: the background tasks: LISTEN, housekeeping, vacuum, gauges, retention;
 //! - `summary.rs`: the summary line at `info` once a minute.
 
 mod claim;
@@ -177,6 +177,7 @@ impl<P: Publisher> Relay<P> {
             let vacuum = tokio::spawn(tasks::vacuum(self.shared.clone()).in_current_span());
             let gauges = tokio::spawn(tasks::gauges(self.shared.clone()).in_current_span());
             let summary = tokio::spawn(summary::summarize(self.shared.clone()).in_current_span());
+            let retention = tokio::spawn(tasks::retention(self.shared.clone()).in_current_span());
             tracing::info!(batch_size = s.batch_size, confirm_window = s.confirm_window, "relay started");
 
             tokio::pin!(shutdown);
@@ -190,6 +191,7 @@ impl<P: Publisher> Relay<P> {
             vacuum.abort();
             gauges.abort();
             summary.abort();
+            retention.abort();
             if self.shared.crashed.load(Ordering::SeqCst) {
                 tasks.abort_all();
                 return Err(Error::Crashed);

@@ -52,6 +52,8 @@ pub(super) struct Settings {
     pub(super) vacuum_after: Option<u64>,
     pub(super) gauge_interval: Option<Duration>,
     pub(super) summary_interval: Option<Duration>,
+    pub(super) retention: Option<outbox_producer::Retention>,
+    pub(super) retention_interval: Duration,
     #[cfg(feature = "fail-points")]
     pub(super) crash_at: Option<CrashPoint>,
 }
@@ -113,6 +115,8 @@ impl<P: Publisher> RelayBuilder<P> {
                 vacuum_after: Some(defaults::VACUUM_AFTER_ROWS),
                 gauge_interval: Some(defaults::GAUGE_INTERVAL),
                 summary_interval: Some(defaults::SUMMARY_INTERVAL),
+                retention: None,
+                retention_interval: defaults::RETENTION_INTERVAL,
                 #[cfg(feature = "fail-points")]
                 crash_at: None,
             },
@@ -294,6 +298,25 @@ impl<P: Publisher> RelayBuilder<P> {
     #[must_use]
     pub fn summary_interval(mut self, every: Option<Duration>) -> Self {
         self.settings.summary_interval = every.filter(|d| !d.is_zero());
+        self
+    }
+
+    /// Runs outbox retention in the relay: every `retention_interval` (a minute by default) it
+    /// deletes final rows as `retention` says, in its bounded batches. `None` (the default): no
+    /// retention in the relay. Every relay on a database may run it at once: each batch locks its
+    /// rows with `SKIP LOCKED`, so they share the work and never wait on each other, and a
+    /// waiting, claimed, held or quarantined row is never touched.
+    #[must_use]
+    pub fn retention(mut self, retention: Option<outbox_producer::Retention>) -> Self {
+        self.settings.retention = retention;
+        self
+    }
+
+    /// Sets how often the relay runs its retention (see [`RelayBuilder::retention`]). Defaults to
+    /// a minute.
+    #[must_use]
+    pub fn retention_interval(mut self, every: Duration) -> Self {
+        self.settings.retention_interval = every.max(Duration::from_millis(1));
         self
     }
 

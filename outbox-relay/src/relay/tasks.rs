@@ -119,3 +119,21 @@ pub(super) async fn gauges<P: Publisher>(shared: Arc<Shared<P>>) {
         }
     }
 }
+
+/// Deletes old final rows every `retention_interval`, if the relay runs retention. A failure is
+/// logged and tried again at the next interval.
+pub(super) async fn retention<P: Publisher>(shared: Arc<Shared<P>>) {
+    let Some(retention) = shared.settings.retention.clone() else {
+        return;
+    };
+    let mut tick = tokio::time::interval(shared.settings.retention_interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match retention.run(&shared.pool).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(deleted = n, "outbox.retention: old final rows deleted"),
+            Err(e) => tracing::warn!(error = %e, "outbox retention failed; trying again at the next interval"),
+        }
+    }
+}

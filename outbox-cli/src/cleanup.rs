@@ -1,0 +1,147 @@
+//! `outbox cleanup`: old published outbox rows (and a consumer's old processed event ids) deleted
+//! in bounded batches, each locking its rows with `SKIP LOCKED` (so relays running retention at
+//! the same time share the work), with a progress bar on a terminal and plain progress lines
+//! otherwise, and the rate at the end.
+
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use outbox_producer::Retention;
+use sqlx::PgPool;
+
+use crate::args::CleanupArgs;
+use crate::error::CliError;
+
+/// Old final outbox rows, counted through the index of final rows by time.
+const OUTBOX_PRUNABLE: &str = "\
+SELECT (SELECT count(*) FROM outbox_events
+        WHERE status = 'published' AND published_at < now() - make_interval(secs => $1)),
+       (SELECT count(*) FROM outbox_events
+        WHERE status = 'skipped' AND quarantined_at < now() - make_interval(secs => $1))";
+
+/// Runs `outbox cleanup`.
+///
+/// # Errors
+/// A database error; the batches before it stay deleted.
+pub(crate) async fn run(pool: &PgPool, args: CleanupArgs) -> Result<(), CliError> {
+    let (published, skipped): (i64, i64) =
+        sqlx::query_as(OUTBOX_PRUNABLE).bind(args.older_than.as_secs_f64()).fetch_one(pool).await?;
+    let outbox_rows = published + if args.include_skipped { skipped } else { 0 };
+    let inbox = match (&args.inbox, args.dedup_window) {
+        (Some(consumer), Some(window)) => {
+            let n = outbox_consumer::retention::prunable(pool, consumer, window).await.map_err(inbox_error)?;
+            Some((consumer.clone(), window, n))
+        }
+        _ => None,
+    };
+    if args.dry_run {
+        println!("would delete {outbox_rows} outbox row(s)");
+        if let Some((consumer, _, n)) = &inbox {
+            println!("would delete {n} processed event id(s) of {consumer}");
+        }
+        return Ok(());
+    }
+    let batch = i64::try_from(args.batch_size).unwrap_or(i64::MAX);
+    let retention =
+        Retention::builder(args.older_than).batch_size(batch).include_skipped(args.include_skipped).build()?;
+    report("outbox rows", outbox_rows, |progress| outbox(pool, &retention, progress)).await?;
+    if let Some((consumer, window, n)) = inbox {
+        let what = format!("processed event ids of {consumer}");
+        report(&what, n, |progress| inbox_ids(pool, &consumer, window, batch, progress)).await?;
+    }
+    Ok(())
+}
+
+fn inbox_error(e: outbox_consumer::Error) -> CliError {
+    CliError::Inbox(e.to_string())
+}
+
+/// Deletes with `delete`, showing progress against `expected`, then prints the count and rate.
+async fn report<F, Fut>(what: &str, expected: i64, delete: F) -> Result<(), CliError>
+where
+    F: FnOnce(Progress) -> Fut,
+    Fut: Future<Output = Result<u64, CliError>>,
+{
+    let started = Instant::now();
+    let progress = Progress::new(what, u64::try_from(expected).unwrap_or(0));
+    let deleted = delete(progress.clone()).await;
+    progress.finish();
+    let deleted = deleted?;
+    let took = started.elapsed();
+    let rate = deleted as f64 / took.as_secs_f64().max(1e-3);
+    println!("deleted {deleted} {what} in {:.1} s ({rate:.0} rows/s)", took.as_secs_f64());
+    Ok(())
+}
+
+async fn outbox(pool: &PgPool, retention: &Retention, progress: Progress) -> Result<u64, CliError> {
+    let mut total = 0;
+    loop {
+        let n = retention.run_batch(pool).await?;
+        total += n;
+        progress.advance(n);
+        if n == 0 {
+            return Ok(total);
+        }
+    }
+}
+
+async fn inbox_ids(
+    pool: &PgPool,
+    consumer: &str,
+    window: Duration,
+    batch: i64,
+    progress: Progress,
+) -> Result<u64, CliError> {
+    let mut total = 0;
+    loop {
+        let n = outbox_consumer::retention::prune(pool, consumer, window, batch).await.map_err(inbox_error)?;
+        total += n;
+        progress.advance(n);
+        if n == 0 {
+            return Ok(total);
+        }
+    }
+}
+
+/// Progress on stderr: a bar on a terminal, otherwise a line every 10 % (and at the end).
+#[derive(Clone)]
+struct Progress {
+    bar: Option<ProgressBar>,
+    what: String,
+    expected: u64,
+    done: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Progress {
+    fn new(what: &str, expected: u64) -> Self {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = ProgressBar::new(expected);
+            let style = ProgressStyle::with_template("{msg} {bar:40} {pos}/{len} ({per_sec}, {eta})")
+                .unwrap_or_else(|_| ProgressStyle::default_bar());
+            bar.set_style(style);
+            bar.set_message(format!("deleting {what}"));
+            bar
+        });
+        Self { bar, what: what.to_owned(), expected, done: Default::default() }
+    }
+
+    fn advance(&self, n: u64) {
+        use std::sync::atomic::Ordering;
+        let before = self.done.fetch_add(n, Ordering::Relaxed);
+        let after = before + n;
+        match &self.bar {
+            Some(bar) => bar.inc(n),
+            None if self.expected > 0 && after * 10 / self.expected > before * 10 / self.expected => {
+                eprintln!("deleted {after} of {} {}", self.expected, self.what);
+            }
+            None => {}
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
