@@ -13,7 +13,7 @@ use outbox_relay::defaults;
 // A path that reads the same whether this file is `crate::args` or included by a test with `#[path]`.
 #[path = "args/repair.rs"]
 mod repair;
-pub(crate) use repair::{CleanupArgs, EventsCommand, InboxCommand, QuarantineCommand};
+pub(crate) use repair::{CleanupArgs, EventsCommand, InboxCommand, QuarantineCommand, ReconcileArgs};
 
 /// The longest duration a flag accepts: one day. No lease, timeout, deadline or polling interval
 /// worth having is longer, so a larger value is a mistake (milliseconds typed as seconds, a
@@ -94,6 +94,9 @@ pub(crate) enum Command {
     /// Delete old published outbox rows (and, with --inbox, a consumer's old processed event ids)
     /// in bounded batches, with progress; never a waiting, claimed, held, quarantined or parked row.
     Cleanup(CleanupArgs),
+    /// Prove that every business change has its event: your query of business changes against
+    /// the outbox (and a consumer's inbox); exit status 1 when a change has no event.
+    Reconcile(ReconcileArgs),
 }
 
 /// How log lines are written.

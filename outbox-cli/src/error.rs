@@ -63,6 +63,15 @@ pub(crate) enum CliError {
     /// Nothing of the entity is parked behind a hole.
     #[error("{1} has no gap for entity {0:?}; nothing was changed (see `outbox inbox gaps {1}`)")]
     NoGap(String, String),
+    /// The reconciliation's query file cannot be read.
+    #[error("cannot read --changes-sql {0}: {1}")]
+    ChangesSql(String, String),
+    /// The reconciliation's query returns neither shape.
+    #[error("the --changes-sql query must return (entity_key text, version bigint) rows or one uuid column")]
+    ChangesShape,
+    /// A business change has no event, or an event no change (listed above on stdout).
+    #[error("reconciliation found changes without an event or events without a change (listed above)")]
+    NotReconciled,
     /// Events an operator named are not quarantined; nothing was changed.
     #[error("not quarantined: {0}; nothing was changed (see `outbox events show ID`)")]
     NotQuarantined(String),

@@ -36,6 +36,7 @@ mod inbox;
 mod logging;
 mod migrate;
 mod quarantine;
+mod reconcile;
 mod relay;
 mod retry;
 mod schema;
@@ -90,6 +91,12 @@ async fn run(cli: Cli) -> Result<(), CliError> {
                 schema::check_inbox(&mut conn).await?;
             }
             let outcome = cleanup::run(&pool, args).await;
+            pool.close().await;
+            outcome
+        }
+        Command::Reconcile(args) => {
+            let pool = outbox_pool(options, timeout).await?;
+            let outcome = reconcile::run(&pool, args).await;
             pool.close().await;
             outcome
         }

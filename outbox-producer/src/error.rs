@@ -34,15 +34,25 @@ pub enum Error {
     /// A row breaks the schema's promises (written by SQL rather than `enqueue`).
     #[error("corrupt row: {0}")]
     Corrupt(String),
+    /// A query given to the reconciliation does not return the documented columns.
+    #[error("the {query} query does not return the expected columns: {reason}")]
+    InvalidQuery {
+        /// Which query (`entity_versions`, `event_ids`, `effects`).
+        query: &'static str,
+        /// What does not fit (column types, never values).
+        reason: String,
+    },
 }
 
 impl Error {
     /// The class of failure: whether trying again can help.
     pub fn kind(&self) -> FailureKind {
         match self {
-            Self::InvalidEvent(_) | Self::InvalidBatchEvent { .. } | Self::InvalidConfig(_) | Self::Corrupt(_) => {
-                FailureKind::Contract
-            }
+            Self::InvalidEvent(_)
+            | Self::InvalidBatchEvent { .. }
+            | Self::InvalidConfig(_)
+            | Self::Corrupt(_)
+            | Self::InvalidQuery { .. } => FailureKind::Contract,
             Self::Database(e) => database_kind(e),
             Self::Migrate(_) => FailureKind::Transient,
         }
@@ -60,6 +70,9 @@ impl std::fmt::Debug for Error {
             Self::Migrate(e) => f.debug_tuple("Migrate").field(&format_args!("{e}")).finish(),
             Self::InvalidConfig(what) => f.debug_tuple("InvalidConfig").field(what).finish(),
             Self::Corrupt(what) => f.debug_tuple("Corrupt").field(what).finish(),
+            Self::InvalidQuery { query, reason } => {
+                f.debug_struct("InvalidQuery").field("query", query).field("reason", reason).finish()
+            }
         }
     }
 }

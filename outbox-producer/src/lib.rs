@@ -43,6 +43,7 @@ mod metrics;
 mod migrate;
 #[cfg(feature = "otel")]
 mod otel;
+pub mod reconcile;
 mod retention;
 mod stats;
 

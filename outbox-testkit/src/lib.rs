@@ -16,9 +16,10 @@
 //!   faults through `faults()` (a [`FaultyPublisher`]), `relay_proxy()` / `consumer_proxy()`
 //!   (a [`ChaosProxy`]), crash points through `start_relay_with(|b| b.crash_at(..))` and
 //!   `start_consumer_crashing_at(..)`; `kill_relay()` / `kill_consumer()` as if the process died.
-//! - [`Reconciliation`]: compares your business query (entity versions or event ids) with the
-//!   outbox, what the broker delivered and what a consumer's inbox applied; returns a
-//!   [`ReconciliationReport`] (`is_clean()`, a readable `Display` without payloads).
+//! - [`Reconciliation`] (from `outbox_producer::reconcile`, with [`RecorderDeliveries::broker`]):
+//!   compares your business query (entity versions or event ids) with the outbox, what the broker
+//!   delivered and what a consumer's inbox applied; returns a [`ReconciliationReport`]
+//!   (`is_clean()`, a readable `Display` without payloads).
 //! - [`TestDb`]: a fresh database per test, with the outbox and inbox migrations applied, dropped
 //!   afterwards (also when the test panics).
 //! - [`TestBroker`]: exchange and queue names with a random suffix, deleted afterwards.
@@ -55,7 +56,7 @@ pub use harness::{Harness, HarnessBuilder, HarnessPublisher};
 pub use proxy::{ChaosProxy, Mode};
 pub use reconcile::{
     BrokerFindings, Change, EventRef, InboxFindings, InboxRow, OrderViolation, OutboxRow, Reconciliation,
-    ReconciliationReport, Snapshot, compare,
+    ReconciliationReport, RecorderDeliveries, Snapshot, compare,
 };
 pub use recorder::{Record, Recorder};
 

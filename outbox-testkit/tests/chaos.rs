@@ -34,7 +34,7 @@ use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
 use outbox_core::NewEvent;
 use outbox_producer::Outbox;
-use outbox_testkit::{ChaosProxy, Reconciliation, Recorder, TestBroker, TestDb, wait_for};
+use outbox_testkit::{ChaosProxy, Reconciliation, Recorder, RecorderDeliveries, TestBroker, TestDb, wait_for};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sqlx::PgPool;

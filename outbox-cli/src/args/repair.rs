@@ -202,3 +202,30 @@ pub(crate) fn age(text: &str) -> Result<std::time::Duration, String> {
     }
     Ok(std::time::Duration::from_secs_f64(secs))
 }
+
+/// Arguments of `outbox reconcile`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ReconcileArgs {
+    /// A file with one SQL query over your business tables returning either `(entity_key text,
+    /// version bigint)` rows (the entity went through versions 1..=version) or one `uuid` column
+    /// (the id of the event each change enqueued).
+    #[arg(long)]
+    pub(crate) changes_sql: std::path::PathBuf,
+    /// Only what happened since: an age (`24h`, `7d`) or a time (RFC 3339). The query gets it as
+    /// `$1` and returns the changes made since then (for entity versions, a row per version).
+    #[arg(long, value_parser = since)]
+    pub(crate) since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Also compare with this consumer's inbox in the same database.
+    #[arg(long)]
+    pub(crate) inbox: Option<String>,
+}
+
+/// A start time: `now - age` for an age, or an RFC 3339 time.
+fn since(text: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(text.trim()) {
+        return Ok(t.with_timezone(&chrono::Utc));
+    }
+    let age = age(text).map_err(|_| "expected an age such as 24h or an RFC 3339 time".to_owned())?;
+    let age = chrono::Duration::from_std(age).map_err(|e| e.to_string())?;
+    Ok(chrono::Utc::now() - age)
+}

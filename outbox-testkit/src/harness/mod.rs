@@ -23,7 +23,7 @@ use consumer::ConsumerFactory;
 use guard::Guard;
 use relay::RelayConfig;
 
-use crate::{ChaosProxy, FaultyPublisher, Reconciliation, Recorder, Result, TestBroker, TestDb};
+use crate::{ChaosProxy, FaultyPublisher, Reconciliation, Recorder, RecorderDeliveries, Result, TestBroker, TestDb};
 
 /// The publisher of the harness's relay: the real one, wrapped so that a test can inject faults.
 pub type HarnessPublisher = FaultyPublisher<AmqpPublisher>;
@@ -161,7 +161,7 @@ impl Harness {
 
     /// A [`Reconciliation`] over the outbox, the recorder and (with a consumer) its inbox; add the
     /// business query and the effects query, then `run()`.
-    pub fn reconcile(&self) -> Reconciliation<'_> {
+    pub fn reconcile(&self) -> Reconciliation {
         let r = Reconciliation::new(self.pool()).broker(&self.recorder);
         if self.consumer_factory.is_some() { r.inbox(self.consumer_pool(), self.consumer_name.clone()) } else { r }
     }

@@ -18,7 +18,7 @@ pub fn compare(s: &Snapshot) -> ReconciliationReport {
         published: s.outbox.iter().filter(|r| r.status == "published").count(),
         ..ReconciliationReport::default()
     };
-    compare_changes(&s.changes, &outbox, &mut report);
+    compare_changes(&s.changes, s.since, &outbox, &mut report);
     outbox_state(&s.outbox, &mut report);
 
     let published: Vec<&OutboxRow> = s.outbox.iter().filter(|r| r.status == "published").collect();
@@ -71,14 +71,18 @@ impl<'a> Outbox<'a> {
 
 /// Business changes against the outbox: every entity version and every recorded event id needs
 /// its event.
-fn compare_changes(changes: &[Change], outbox: &Outbox<'_>, report: &mut ReconciliationReport) {
-    let mut versions: HashMap<&str, i64> = HashMap::new();
+///
+/// With `since`, each entity is checked from its lowest listed version (the rows are the versions
+/// made since then); otherwise from version 1.
+fn compare_changes(changes: &[Change], since: bool, outbox: &Outbox<'_>, report: &mut ReconciliationReport) {
+    let mut versions: HashMap<&str, (i64, i64)> = HashMap::new();
     let mut ids: HashSet<Uuid> = HashSet::new();
     for c in changes {
         match c {
             Change::Entity { key, version } => {
-                let v = versions.entry(key.as_str()).or_insert(0);
-                *v = (*v).max(*version);
+                let first = if since { *version } else { 1 };
+                let v = versions.entry(key.as_str()).or_insert((first, 0));
+                *v = (v.0.min(first), v.1.max(*version));
             }
             Change::Event(id) => {
                 ids.insert(*id);
@@ -96,12 +100,12 @@ fn compare_changes(changes: &[Change], outbox: &Outbox<'_>, report: &mut Reconci
     report.changes_without_event.extend(ids.into_iter().filter(|id| !outbox.by_id.contains_key(id)).map(Change::Event));
 }
 
-/// An entity that went through versions `1..=version`: each version needs the event of its
+/// An entity that went through versions `first..=version`: each version needs the event of its
 /// sequence (or a row pruned by retention), and events beyond the version have no change.
-fn compare_entity(key: &str, version: i64, outbox: &Outbox<'_>, report: &mut ReconciliationReport) {
-    report.business_changes += usize::try_from(version.max(0)).unwrap_or(0);
+fn compare_entity(key: &str, (first, version): (i64, i64), outbox: &Outbox<'_>, report: &mut ReconciliationReport) {
+    report.business_changes += usize::try_from((version - first + 1).max(0)).unwrap_or(0);
     let rows = outbox.by_entity.get(key);
-    for v in 1..=version {
+    for v in first..=version {
         if rows.is_some_and(|r| r.contains_key(&v)) {
             continue;
         }

@@ -6,10 +6,12 @@ use std::collections::HashMap;
 use sqlx::{PgPool, Row};
 use uuid::Uuid;
 
-use super::{Change, EventRef, InboxRow, OutboxRow, Reconciliation};
-use crate::{Error, Recorder, Result};
+use chrono::{DateTime, Utc};
 
-/// What [`compare`](crate::compare) compares: everything read, nothing computed yet.
+use super::{Change, EventRef, InboxRow, OutboxRow, Reconciliation};
+use crate::{Error, Result};
+
+/// What [`compare`](super::compare) compares: everything read, nothing computed yet.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     /// The business changes.
@@ -24,18 +26,21 @@ pub struct Snapshot {
     pub inbox: Option<(String, Vec<InboxRow>)>,
     /// The event id of every effect row, if an effects query was given.
     pub effects: Option<Vec<Uuid>>,
+    /// Whether only changes and events since a time were read (see [`Reconciliation::since`]).
+    pub since: bool,
 }
 
-impl Reconciliation<'_> {
+impl Reconciliation {
     /// Reads everything without comparing.
     ///
     /// # Errors
     /// As [`Self::run`].
     pub async fn snapshot(&self) -> Result<Snapshot> {
-        let mut snapshot = Snapshot { changes: self.read_changes().await?, ..Snapshot::default() };
-        snapshot.outbox = read_outbox(&self.pool).await?;
+        let mut snapshot =
+            Snapshot { changes: self.read_changes().await?, since: self.since.is_some(), ..Snapshot::default() };
+        snapshot.outbox = read_outbox(&self.pool, self.since).await?;
         snapshot.counters = read_counters(&self.pool).await?;
-        snapshot.deliveries = self.recorder.map(deliveries);
+        snapshot.deliveries.clone_from(&self.deliveries);
         if let Some((pool, consumer)) = &self.inbox {
             snapshot.inbox = Some((consumer.clone(), read_inbox(pool, consumer).await?));
             if let Some(sql) = &self.effects {
@@ -49,14 +54,14 @@ impl Reconciliation<'_> {
     async fn read_changes(&self) -> Result<Vec<Change>> {
         let mut changes = Vec::new();
         for sql in &self.entity_versions {
-            for row in fetch(&self.pool, sql).await? {
+            for row in fetch(&self.pool, sql, self.since).await? {
                 let key: String = row.try_get(0).map_err(|e| invalid("entity_versions", &e))?;
                 let version = int(&row, 1).map_err(|e| invalid("entity_versions", &e))?;
                 changes.push(Change::Entity { key, version });
             }
         }
         for sql in &self.event_ids {
-            for row in fetch(&self.pool, sql).await? {
+            for row in fetch(&self.pool, sql, self.since).await? {
                 changes.push(Change::Event(row.try_get(0).map_err(|e| invalid("event_ids", &e))?));
             }
         }
@@ -64,13 +69,16 @@ impl Reconciliation<'_> {
     }
 }
 
-/// Every outbox row, without its payload.
-async fn read_outbox(pool: &PgPool) -> Result<Vec<OutboxRow>> {
+/// Every outbox row (created since `since`, if given), without its payload.
+async fn read_outbox(pool: &PgPool, since: Option<DateTime<Utc>>) -> Result<Vec<OutboxRow>> {
     type Outbox = (Uuid, Option<String>, Option<i64>, String, i32, Option<String>);
-    let rows: Vec<Outbox> =
-        sqlx::query_as("SELECT id, entity_key, seq, status, attempts, last_error_kind FROM outbox_events")
-            .fetch_all(pool)
-            .await?;
+    let rows: Vec<Outbox> = sqlx::query_as(
+        "SELECT id, entity_key, seq, status, attempts, last_error_kind FROM outbox_events
+         WHERE $1::timestamptz IS NULL OR created_at >= $1",
+    )
+    .bind(since)
+    .fetch_all(pool)
+    .await?;
     Ok(rows
         .into_iter()
         .map(|(id, entity, seq, status, attempts, last_error_kind)| OutboxRow {
@@ -89,15 +97,6 @@ async fn read_counters(pool: &PgPool) -> Result<HashMap<String, i64>> {
     Ok(counters.into_iter().collect())
 }
 
-/// What the recorder saw, in arrival order (deliveries without an event id left out).
-fn deliveries(recorder: &Recorder) -> Vec<EventRef> {
-    recorder
-        .records()
-        .into_iter()
-        .filter_map(|r| Some(EventRef { id: r.event_id?, entity: r.entity, seq: r.seq }))
-        .collect()
-}
-
 /// The inbox rows of `consumer`.
 async fn read_inbox(pool: &PgPool, consumer: &str) -> Result<Vec<InboxRow>> {
     type Inbox = (Uuid, Option<String>, Option<i64>, String);
@@ -114,15 +113,22 @@ async fn read_inbox(pool: &PgPool, consumer: &str) -> Result<Vec<InboxRow>> {
 
 /// The event id of every row of the effects query.
 async fn read_effects(pool: &PgPool, sql: &str) -> Result<Vec<Uuid>> {
-    fetch(pool, sql)
+    fetch(pool, sql, None)
         .await?
         .iter()
         .map(|r| r.try_get::<Uuid, _>(0).map_err(|e| invalid("effects", &e)))
         .collect::<Result<Vec<Uuid>>>()
 }
 
-async fn fetch(pool: &PgPool, sql: &str) -> Result<Vec<sqlx::postgres::PgRow>> {
-    Ok(sqlx::query(sqlx::AssertSqlSafe(sql.to_owned())).fetch_all(pool).await?)
+/// Runs a query the user wrote (an operator's own SQL, run with the operator's privileges), with
+/// `since` as `$1` when given.
+async fn fetch(pool: &PgPool, sql: &str, since: Option<DateTime<Utc>>) -> Result<Vec<sqlx::postgres::PgRow>> {
+    let query = sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()));
+    let query = match since {
+        Some(t) => query.bind(t),
+        None => query,
+    };
+    Ok(query.fetch_all(pool).await?)
 }
 
 /// An integer column of any width.

@@ -1,9 +1,11 @@
 //! Reconciliation: does every business change have its event, was every event published once,
 //! did the broker deliver it in entity order, and did the consumer apply it?
 //!
-//! [`Reconciliation`] reads three places (the user's business tables, the outbox, and optionally what
-//! a [`Recorder`] saw at the broker and what a consumer's inbox applied) and compares them in memory
-//! ([`compare`](fn@compare) is pure). The result is a [`ReconciliationReport`]: a value, never a panic.
+//! [`Reconciliation`] reads the user's business tables and the outbox, and optionally takes what
+//! was seen at the broker and reads what a consumer's inbox applied, and compares them in memory
+//! ([`compare`](fn@compare) is pure). The result is a [`ReconciliationReport`]: a value, never a
+//! panic. `outbox reconcile` runs it for an operator; the testkit adds the deliveries its recorder
+//! saw.
 //!
 //! This file holds the [`Reconciliation`] builder and its entry point; `report.rs` the findings
 //! and their `Display`, `snapshot.rs` the reading of the tables, `compare.rs` the comparison.
@@ -14,6 +16,7 @@ mod fixtures;
 mod report;
 mod snapshot;
 
+use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
 pub use compare::compare;
@@ -22,18 +25,17 @@ pub use report::{
 };
 pub use snapshot::Snapshot;
 
-use crate::{Recorder, Result};
+use crate::Result;
 
 /// Compares the user's business changes with the outbox, the broker and a consumer's inbox.
 ///
 /// ```no_run
-/// # async fn demo(pool: sqlx::PgPool, recorder: &outbox_testkit::Recorder) -> Result<(), outbox_testkit::Error> {
-/// use outbox_testkit::Reconciliation;
+/// # async fn demo(pool: sqlx::PgPool) -> Result<(), outbox_producer::Error> {
+/// use outbox_producer::reconcile::Reconciliation;
 ///
 /// let report = Reconciliation::new(&pool)
 ///     // every order went through versions 1..=version, each with the event of that sequence
 ///     .entity_versions("SELECT 'order-' || id, version FROM orders")
-///     .broker(recorder)
 ///     .inbox(&pool, "shipping")
 ///     .effects("SELECT event_id FROM shipments")
 ///     .run()
@@ -42,25 +44,27 @@ use crate::{Recorder, Result};
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone)]
-pub struct Reconciliation<'a> {
+pub struct Reconciliation {
     pool: PgPool,
     entity_versions: Vec<String>,
     event_ids: Vec<String>,
-    recorder: Option<&'a Recorder>,
+    deliveries: Option<Vec<EventRef>>,
     inbox: Option<(PgPool, String)>,
     effects: Option<String>,
+    since: Option<DateTime<Utc>>,
 }
 
-impl<'a> Reconciliation<'a> {
+impl Reconciliation {
     /// Reconciles against the outbox in `pool` (where the business tables usually are too).
     pub fn new(pool: &PgPool) -> Self {
         Self {
             pool: pool.clone(),
             entity_versions: Vec::new(),
             event_ids: Vec::new(),
-            recorder: None,
+            deliveries: None,
             inbox: None,
             effects: None,
+            since: None,
         }
     }
 
@@ -81,10 +85,21 @@ impl<'a> Reconciliation<'a> {
         self
     }
 
-    /// Compares with what `recorder` saw at the broker. Wait for the deliveries first.
+    /// Compares with what was delivered at the broker, in arrival order (the testkit's recorder
+    /// gives them).
     #[must_use]
-    pub fn broker(mut self, recorder: &'a Recorder) -> Self {
-        self.recorder = Some(recorder);
+    pub fn deliveries(mut self, deliveries: Vec<EventRef>) -> Self {
+        self.deliveries = Some(deliveries);
+        self
+    }
+
+    /// Reconciles only what happened from `since` on: the business queries get it as `$1` and must
+    /// return the changes made since then (for `entity_versions`, a row per version made since
+    /// then, as a history table has them: each entity is checked from its lowest listed version to
+    /// its highest), and only outbox rows created since then are read.
+    #[must_use]
+    pub fn since(mut self, since: DateTime<Utc>) -> Self {
+        self.since = Some(since);
         self
     }
 
@@ -107,8 +122,8 @@ impl<'a> Reconciliation<'a> {
     ///
     /// # Errors
     /// [`Error::Database`](crate::Error::Database) if a query fails,
-    /// [`Error::InvalidQuery`](crate::Error::InvalidQuery) if a business or effects
-    /// query does not return the documented columns.
+    /// [`Error::InvalidQuery`](crate::Error::InvalidQuery) if a business or effects query does
+    /// not return the documented columns.
     pub async fn run(&self) -> Result<ReconciliationReport> {
         Ok(compare(&self.snapshot().await?))
     }

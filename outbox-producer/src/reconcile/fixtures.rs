@@ -33,5 +33,6 @@ pub(super) fn healthy() -> Snapshot {
         outbox,
         deliveries: Some(deliveries),
         inbox: Some(("shipping".into(), inbox)),
+        since: false,
     }
 }

@@ -247,7 +247,7 @@ impl fmt::Display for ReconciliationReport {
 
 #[cfg(test)]
 mod tests {
-    use crate::compare;
+    use crate::reconcile::compare;
     use crate::reconcile::fixtures::{change, healthy};
 
     #[test]

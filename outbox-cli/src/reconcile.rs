@@ -1,0 +1,49 @@
+//! `outbox reconcile`: proves that every business change has its event, over the operator's own
+//! query of business changes ([`outbox_producer::reconcile`]). Prints the counts, the changes
+//! without an event, the events without a change and the events not published (yet); exits 1
+//! when a change has no event or an event has no change.
+
+use outbox_producer::reconcile::{Reconciliation, ReconciliationReport};
+use sqlx::PgPool;
+
+use crate::args::ReconcileArgs;
+use crate::error::CliError;
+
+/// Runs `outbox reconcile`.
+///
+/// # Errors
+/// [`CliError::ChangesSql`] if the file cannot be read; the query's own failure (its shape or
+/// the database); [`CliError::NotReconciled`] when something is missing.
+pub(crate) async fn run(pool: &PgPool, args: ReconcileArgs) -> Result<(), CliError> {
+    let sql = std::fs::read_to_string(&args.changes_sql)
+        .map_err(|e| CliError::ChangesSql(args.changes_sql.display().to_string(), e.to_string()))?;
+    let sql = sql.trim().trim_end_matches(';').to_owned();
+    let base = |r: Reconciliation| {
+        let r = match args.since {
+            Some(t) => r.since(t),
+            None => r,
+        };
+        match &args.inbox {
+            Some(consumer) => r.inbox(pool, consumer.clone()),
+            None => r,
+        }
+    };
+    // The query's columns say which kind of changes it returns.
+    let report = match base(Reconciliation::new(pool)).entity_versions(sql.clone()).run().await {
+        Err(outbox_producer::Error::InvalidQuery { .. }) => {
+            base(Reconciliation::new(pool)).event_ids(sql).run().await.map_err(|e| match e {
+                outbox_producer::Error::InvalidQuery { .. } => CliError::ChangesShape,
+                other => other.into(),
+            })?
+        }
+        other => other?,
+    };
+    println!("{report}");
+    if missing(&report) { Err(CliError::NotReconciled) } else { Ok(()) }
+}
+
+/// Whether a change lacks its event or an event its change (events waiting to be published are
+/// listed, not missing).
+fn missing(report: &ReconciliationReport) -> bool {
+    !report.changes_without_event.is_empty() || !report.events_without_change.is_empty()
+}
