@@ -187,10 +187,22 @@ pub(super) async fn drain_in_child(
 /// Fills a backlog, drains it with an in-process relay and returns events per second.
 pub(super) async fn drain_in_process(db: &TestDb, target: Target<'_>, backlog: Backlog) -> Result<f64, BoxError> {
     let filled = fill(db, backlog.events, backlog.entities).await?;
+    drain_filled(db, target, backlog, filled, None).await
+}
+
+/// Drains a backlog already filled (in `filled`) with an in-process relay running `retention` if
+/// given; returns events per second.
+pub(super) async fn drain_filled(
+    db: &TestDb,
+    target: Target<'_>,
+    backlog: Backlog,
+    filled: Duration,
+    retention: Option<outbox_producer::Retention>,
+) -> Result<f64, BoxError> {
     target.purge().await?;
     let arrivals = Arrivals::start(target, backlog.events, false).await?;
     let outcome = async {
-        let relay = InProcess::start(db, target, None).await?;
+        let relay = InProcess::start_with(db, target, None, retention).await?;
         let drained = await_drain(db.pool(), &arrivals, backlog.events, Instant::now(), backlog.limit, None).await;
         let stopped = relay.stop().await;
         let drained = drained?;

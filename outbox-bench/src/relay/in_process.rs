@@ -25,6 +25,16 @@ impl InProcess {
         target: Target<'_>,
         gauge_interval_ms: Option<u64>,
     ) -> Result<Self, BoxError> {
+        Self::start_with(db, target, gauge_interval_ms, None).await
+    }
+
+    /// [`InProcess::start`], running `retention` every 100 ms if given.
+    pub(super) async fn start_with(
+        db: &TestDb,
+        target: Target<'_>,
+        gauge_interval_ms: Option<u64>,
+        retention: Option<outbox_producer::Retention>,
+    ) -> Result<Self, BoxError> {
         let pool =
             PgPoolOptions::new().max_connections(RELAY_CONNECTIONS).connect_with(db.connect_options().clone()).await?;
         let publisher = AmqpPublisher::builder(target.url).connection_name("outbox-bench-relay").build();
@@ -39,6 +49,9 @@ impl InProcess {
         );
         if let Some(ms) = gauge_interval_ms {
             relay = relay.gauge_interval(Some(std::time::Duration::from_millis(ms)));
+        }
+        if retention.is_some() {
+            relay = relay.retention(retention).retention_interval(std::time::Duration::from_millis(100));
         }
         let handle = match relay.build() {
             Ok(relay) => relay.spawn(),

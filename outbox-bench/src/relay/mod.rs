@@ -50,6 +50,7 @@ mod fill;
 mod in_process;
 mod latency;
 mod process;
+mod retention;
 mod settings;
 
 use std::time::Duration;
@@ -190,6 +191,10 @@ async fn bench(broker: &TestBroker, plan: Plan) -> Result<(), BoxError> {
     }
     if asked_for("gauges") {
         gauges_phase(target, plan).await?;
+    }
+    if asked_for("retention") {
+        let old = if plan.drain.events < 100_000 { 100_000 } else { 1_000_000 };
+        retention::retention_phase(target, plan, old).await?;
     }
     comment(
         "target: relay_drain_ratio >= 0.6, relay_latency_p99_ms <= 25 with relay_latency_p50_ms <= 5, \

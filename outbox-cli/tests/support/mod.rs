@@ -24,7 +24,7 @@ pub struct Running {
     pub child: Child,
     pub started: Instant,
     lines: Arc<Mutex<Vec<String>>>,
-    reader: std::thread::JoinHandle<()>,
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Running {
@@ -40,7 +40,7 @@ impl Running {
                 sink.lock().expect("lines").push(line);
             }
         });
-        Self { child, started: Instant::now(), lines, reader }
+        Self { child, started: Instant::now(), lines, reader: Some(reader) }
     }
 
     /// The stderr lines so far.
@@ -83,9 +83,21 @@ impl Running {
             }
         };
         // The process has exited, so its stderr is at its end: the reader returns at once.
-        let _ = self.reader.join();
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
         let lines = self.lines.lock().expect("lines").clone();
         (status, lines)
+    }
+}
+
+/// A test that fails (or forgets) leaves no process behind: the child is killed and reaped.
+impl Drop for Running {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 
