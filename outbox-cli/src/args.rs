@@ -14,6 +14,9 @@ use outbox_relay::defaults;
 #[path = "args/repair.rs"]
 mod repair;
 pub(crate) use repair::{CleanupArgs, EventsCommand, InboxCommand, QuarantineCommand, ReconcileArgs};
+#[path = "args/grant.rs"]
+mod grant;
+pub(crate) use grant::GrantArgs;
 
 /// The longest duration a flag accepts: one day. No lease, timeout, deadline or polling interval
 /// worth having is longer, so a larger value is a mistake (milliseconds typed as seconds, a
@@ -97,6 +100,10 @@ pub(crate) enum Command {
     /// Prove that every business change has its event: your query of business changes against
     /// the outbox (and a consumer's inbox); exit status 1 when a change has no event.
     Reconcile(ReconcileArgs),
+    /// Print the SQL that gives the relay, the consumers and the producing application roles
+    /// with only the privileges they need (migrations/roles.sql with the names filled in), or
+    /// run it with --apply.
+    Grant(GrantArgs),
 }
 
 /// How log lines are written.

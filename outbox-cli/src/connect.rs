@@ -43,7 +43,8 @@ fn without_secrets(reason: &str, url: &str) -> String {
 
 /// Whether a failed connection attempt is worth repeating. Authentication failures and unknown
 /// roles (SQLSTATE class 28), an unknown database (3D000) and bad settings are not; a refused,
-/// reset or unresolvable server, a server starting up or full, a timeout are.
+/// reset or unresolvable server, a server starting up or full, a timeout are. A failed TLS
+/// handshake is not: an untrusted certificate stays untrusted.
 fn classify(error: &sqlx::Error) -> Failure {
     let message = DbMessage(error).to_string();
     match error {
@@ -53,6 +54,12 @@ fn classify(error: &sqlx::Error) -> Failure {
             }
             _ => Failure::Retry(message),
         },
+        sqlx::Error::Io(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+            // rustls reports a failed handshake (an untrusted certificate among them) as invalid
+            // data: the same server will fail the same way.
+            Failure::Fatal(CliError::DatabaseTls(e.to_string()))
+        }
+        sqlx::Error::Tls(e) => Failure::Fatal(CliError::DatabaseTls(e.to_string())),
         sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::Protocol(_) => Failure::Retry(message),
         _ => Failure::Fatal(CliError::DatabaseRefused(message)),
     }
@@ -138,6 +145,9 @@ mod tests {
     fn io_errors_are_retried_and_settings_errors_are_not() {
         let refused = sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
         assert!(matches!(classify(&refused), Failure::Retry(why) if why.contains("refused")));
+        let untrusted = std::io::Error::new(std::io::ErrorKind::InvalidData, "invalid peer certificate: UnknownIssuer");
+        let tls = classify(&sqlx::Error::Io(untrusted));
+        assert!(matches!(tls, Failure::Fatal(CliError::DatabaseTls(why)) if why.contains("certificate")));
         let config = sqlx::Error::Configuration("bad sslmode".into());
         assert!(matches!(classify(&config), Failure::Fatal(CliError::DatabaseRefused(_))));
     }

@@ -27,6 +27,10 @@ pub(crate) enum CliError {
     /// The database refused the connection for good (authentication, unknown database or role).
     #[error("the database refused the connection: {0}")]
     DatabaseRefused(String),
+    /// TLS with the database failed: its certificate is not trusted (signed by another CA than
+    /// `sslrootcert`, or not for this host name), or the handshake failed.
+    #[error("TLS with the database failed: {0} (see sslmode and sslrootcert in DATABASE_URL)")]
+    DatabaseTls(String),
     /// The broker refused the credentials.
     #[error("the broker refused the connection: {0}")]
     BrokerRefused(String),

@@ -32,6 +32,7 @@ mod cleanup;
 mod connect;
 mod error;
 mod events;
+mod grant;
 mod inbox;
 mod logging;
 mod migrate;
@@ -52,6 +53,13 @@ use crate::args::{Cli, Command};
 use crate::error::CliError;
 
 async fn run(cli: Cli) -> Result<(), CliError> {
+    // Printing the roles' SQL needs no database.
+    if let Command::Grant(args) = &cli.command
+        && !args.apply
+    {
+        grant::print(args);
+        return Ok(());
+    }
     let options = connect::options(cli.database_url.as_deref())?;
     let timeout = cli.connect_timeout_secs;
     match cli.command {
@@ -94,6 +102,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             pool.close().await;
             outcome
         }
+        Command::Grant(args) => grant::apply(&args, &options, timeout).await,
         Command::Reconcile(args) => {
             let pool = outbox_pool(options, timeout).await?;
             let outcome = reconcile::run(&pool, args).await;

@@ -1,0 +1,108 @@
+-- Least-privilege roles of the outbox: one for the relay, one for the consumers, one for the
+-- producing application. Not a migration: run it once after `outbox migrate`, as the owner of the
+-- tables (or a superuser), and again after each upgrade of the tables; it is idempotent.
+--
+--   psql "$DATABASE_URL" -v ON_ERROR_STOP=1 \
+--        -v relay_role=outbox_relay -v consumer_role=outbox_consumer -v producer_role=outbox_producer \
+--        -f migrations/roles.sql
+--
+-- or `outbox grant --relay-role NAME --consumer-role NAME --producer-role NAME` (prints this script
+-- with the names filled in; `--apply` runs it on DATABASE_URL). Roles that do not exist yet are
+-- created without LOGIN (creating them needs CREATEROLE); give each a login and a password
+-- yourself: `ALTER ROLE outbox_relay LOGIN PASSWORD '...'`.
+--
+-- What each role may do on the product's tables, and nothing more: the script first revokes
+-- everything there, then grants this (on a database that holds only the outbox's tables, or only
+-- the inbox's, the grants on the absent ones are left out):
+--
+-- relay     outbox_events: SELECT, UPDATE (claims and outcomes), DELETE (retention);
+--           outbox_entity_sequences: SELECT (the gauges' largest gap);
+--           outbox_relay_listeners: SELECT, INSERT, UPDATE, DELETE (it registers while it waits
+--           for a notification); _outbox_migrations: SELECT (its start-up check).
+--           LISTEN needs no privilege. VACUUM needs the table's ownership (PostgreSQL 17 and later:
+--           the MAINTAIN privilege, granted below on those versions). On older servers run the relay
+--           with `--vacuum-after-rows 0` and let autovacuum keep the table lean (docs/security.md).
+-- consumer  inbox_events: SELECT, INSERT, UPDATE, DELETE (retention); inbox_entities: SELECT,
+--           INSERT, UPDATE. Its own business tables are yours to grant, for example
+--           `GRANT SELECT, INSERT, UPDATE ON shipments TO outbox_consumer`.
+-- producer  outbox_events: INSERT; outbox_entity_sequences: SELECT, INSERT, UPDATE (the counter
+--           upsert reads the number it takes); outbox_relay_listeners: SELECT (the commit trigger
+--           looks for a waiting relay). Grant these to the application's own role, or grant the
+--           producer role to it: `GRANT outbox_producer TO orders_app`.
+--
+-- The operator commands (`outbox status`, `events`, `quarantine`, `inbox`, `migrate`) run as the
+-- owner of the tables.
+
+-- Under psql, a name not given with -v is outbox_relay, outbox_consumer or outbox_producer.
+\if :{?relay_role}
+\else
+\set relay_role outbox_relay
+\endif
+\if :{?consumer_role}
+\else
+\set consumer_role outbox_consumer
+\endif
+\if :{?producer_role}
+\else
+\set producer_role outbox_producer
+\endif
+
+BEGIN;
+
+-- The names, for the blocks below.
+SET LOCAL outbox.relay_role = :'relay_role';
+SET LOCAL outbox.consumer_role = :'consumer_role';
+SET LOCAL outbox.producer_role = :'producer_role';
+
+-- The roles that do not exist yet, and the use of the schema that holds the tables.
+DO $$
+DECLARE
+    name text;
+BEGIN
+    IF to_regclass('outbox_events') IS NULL AND to_regclass('inbox_events') IS NULL THEN
+        RAISE EXCEPTION 'no outbox or inbox tables in schema %: run `outbox migrate` first', current_schema();
+    END IF;
+    FOREACH name IN ARRAY ARRAY[current_setting('outbox.relay_role'), current_setting('outbox.consumer_role'),
+                                current_setting('outbox.producer_role')] LOOP
+        IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = name) THEN
+            EXECUTE format('CREATE ROLE %I', name);
+        END IF;
+        EXECUTE format('GRANT USAGE ON SCHEMA %I TO %I', current_schema(), name);
+    END LOOP;
+END
+$$;
+
+-- The privileges, on the tables this database holds (the outbox's, the inbox's, or both): first
+-- everything revoked from the three roles, then exactly these granted.
+DO $$
+DECLARE
+    roles text[] := ARRAY[current_setting('outbox.relay_role'), current_setting('outbox.consumer_role'),
+                          current_setting('outbox.producer_role')];
+    tables text[] := ARRAY['outbox_events', 'outbox_entity_sequences', 'outbox_relay_listeners',
+                           '_outbox_migrations', 'inbox_events', 'inbox_entities'];
+    g record;
+BEGIN
+    FOR g IN SELECT t.tbl, r.role FROM unnest(tables) AS t(tbl), unnest(roles) AS r(role)
+             WHERE to_regclass(t.tbl) IS NOT NULL LOOP
+        EXECUTE format('REVOKE ALL ON %I FROM %I', g.tbl, g.role);
+    END LOOP;
+    FOR g IN SELECT * FROM (VALUES
+        ('outbox_events',           roles[1], 'SELECT, UPDATE, DELETE'),
+        ('outbox_entity_sequences', roles[1], 'SELECT'),
+        ('outbox_relay_listeners',  roles[1], 'SELECT, INSERT, UPDATE, DELETE'),
+        ('_outbox_migrations',      roles[1], 'SELECT'),
+        ('inbox_events',            roles[2], 'SELECT, INSERT, UPDATE, DELETE'),
+        ('inbox_entities',          roles[2], 'SELECT, INSERT, UPDATE'),
+        ('outbox_events',           roles[3], 'INSERT'),
+        ('outbox_entity_sequences', roles[3], 'SELECT, INSERT, UPDATE'),
+        ('outbox_relay_listeners',  roles[3], 'SELECT')
+    ) AS v(tbl, role, privileges) WHERE to_regclass(v.tbl) IS NOT NULL LOOP
+        EXECUTE format('GRANT %s ON %I TO %I', g.privileges, g.tbl, g.role);
+    END LOOP;
+    IF to_regclass('outbox_events') IS NOT NULL AND current_setting('server_version_num')::int >= 170000 THEN
+        EXECUTE format('GRANT MAINTAIN ON outbox_events TO %I', roles[1]);
+    END IF;
+END
+$$;
+
+COMMIT;
