@@ -36,6 +36,11 @@ pub(crate) async fn run(pool: &PgPool, args: CleanupArgs) -> Result<(), CliError
         _ => None,
     };
     if args.dry_run {
+        if args.json {
+            let inbox_rows = inbox.as_ref().map(|(_, _, n)| *n);
+            println!("{}", serde_json::json!({ "dry_run": true, "outbox_rows": outbox_rows, "inbox_ids": inbox_rows }));
+            return Ok(());
+        }
         println!("would delete {outbox_rows} outbox row(s)");
         if let Some((consumer, _, n)) = &inbox {
             println!("would delete {n} processed event id(s) of {consumer}");
@@ -45,10 +50,15 @@ pub(crate) async fn run(pool: &PgPool, args: CleanupArgs) -> Result<(), CliError
     let batch = i64::try_from(args.batch_size).unwrap_or(i64::MAX);
     let retention =
         Retention::builder(args.older_than).batch_size(batch).include_skipped(args.include_skipped).build()?;
-    report("outbox rows", outbox_rows, |progress| outbox(pool, &retention, progress)).await?;
+    let outbox_done = report("outbox rows", outbox_rows, args.json, |p| outbox(pool, &retention, p)).await?;
+    let mut inbox_done = None;
     if let Some((consumer, window, n)) = inbox {
         let what = format!("processed event ids of {consumer}");
-        report(&what, n, |progress| inbox_ids(pool, &consumer, window, batch, progress)).await?;
+        inbox_done = Some(report(&what, n, args.json, |p| inbox_ids(pool, &consumer, window, batch, p)).await?);
+    }
+    if args.json {
+        let json = |(n, secs): (u64, f64)| serde_json::json!({ "deleted": n, "seconds": secs, "rows_per_s": n as f64 / secs.max(1e-3) });
+        println!("{}", serde_json::json!({ "outbox": json(outbox_done), "inbox": inbox_done.map(json) }));
     }
     Ok(())
 }
@@ -57,8 +67,9 @@ fn inbox_error(e: outbox_consumer::Error) -> CliError {
     CliError::Inbox(e.to_string())
 }
 
-/// Deletes with `delete`, showing progress against `expected`, then prints the count and rate.
-async fn report<F, Fut>(what: &str, expected: i64, delete: F) -> Result<(), CliError>
+/// Deletes with `delete`, showing progress against `expected`, then prints the count and rate
+/// (unless the result goes out as JSON); returns the count and the seconds it took.
+async fn report<F, Fut>(what: &str, expected: i64, json: bool, delete: F) -> Result<(u64, f64), CliError>
 where
     F: FnOnce(Progress) -> Fut,
     Fut: Future<Output = Result<u64, CliError>>,
@@ -68,10 +79,11 @@ where
     let deleted = delete(progress.clone()).await;
     progress.finish();
     let deleted = deleted?;
-    let took = started.elapsed();
-    let rate = deleted as f64 / took.as_secs_f64().max(1e-3);
-    println!("deleted {deleted} {what} in {:.1} s ({rate:.0} rows/s)", took.as_secs_f64());
-    Ok(())
+    let secs = started.elapsed().as_secs_f64();
+    if !json {
+        println!("deleted {deleted} {what} in {secs:.1} s ({:.0} rows/s)", deleted as f64 / secs.max(1e-3));
+    }
+    Ok((deleted, secs))
 }
 
 async fn outbox(pool: &PgPool, retention: &Retention, progress: Progress) -> Result<u64, CliError> {

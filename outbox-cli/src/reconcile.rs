@@ -38,8 +38,38 @@ pub(crate) async fn run(pool: &PgPool, args: ReconcileArgs) -> Result<(), CliErr
         }
         other => other?,
     };
-    println!("{report}");
+    if args.json {
+        println!("{}", to_json(&report));
+    } else {
+        println!("{report}");
+    }
     if missing(&report) { Err(CliError::NotReconciled) } else { Ok(()) }
+}
+
+/// Each item as its readable text (ids, entities, sequences, statuses; never payloads).
+fn texts<T: std::fmt::Display>(items: &[T]) -> Vec<String> {
+    items.iter().map(ToString::to_string).collect()
+}
+
+fn to_json(r: &ReconciliationReport) -> serde_json::Value {
+    serde_json::json!({
+        "clean": r.is_clean(),
+        "missing": missing(r),
+        "business_changes": r.business_changes,
+        "outbox_events": r.outbox_events,
+        "published": r.published,
+        "pruned": r.pruned,
+        "changes_without_event": texts(&r.changes_without_event),
+        "events_without_change": texts(&r.events_without_change),
+        "unpublished": texts(&r.unpublished),
+        "skipped": texts(&r.skipped),
+        "inbox": r.inbox.as_ref().map(|i| serde_json::json!({
+            "consumer": i.consumer,
+            "applied": i.applied,
+            "not_applied": i.not_applied.iter().map(|(e, status)| format!("{e} {}", status.as_deref().unwrap_or("not in the inbox"))).collect::<Vec<_>>(),
+            "unknown_applied": texts(&i.unknown_applied),
+        })),
+    })
 }
 
 /// Whether a change lacks its event or an event its change (events waiting to be published are

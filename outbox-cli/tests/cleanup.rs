@@ -83,6 +83,9 @@ async fn cleanup_deletes_exactly_the_old_final_rows_and_processed_ids() {
     assert!(dry.status.success(), "{}", String::from_utf8_lossy(&dry.stderr));
     assert!(out.contains(&format!("would delete {OLD} outbox row(s)")), "{out}");
     assert!(out.contains("would delete 1000 processed event id(s) of shipping"), "{out}");
+    let dry = run(&url, &[&args[..], &["--dry-run", "--json"]].concat()).await;
+    let v: serde_json::Value = serde_json::from_slice(&dry.stdout).expect("json");
+    assert_eq!((v["outbox_rows"].as_i64(), v["inbox_ids"].as_i64()), (Some(OLD), Some(1000)), "{v}");
     assert_eq!(counts(&db).await, before, "a dry run deletes nothing");
 
     let done = run(&url, &args).await;
@@ -99,8 +102,9 @@ async fn cleanup_deletes_exactly_the_old_final_rows_and_processed_ids() {
     );
     assert_eq!(inbox_left, pairs(&[("failed", 1), ("parked", 1), ("processed", 10)]));
 
-    let again = run(&url, &["cleanup", "--older-than", "1d", "--include-skipped"]).await;
-    assert!(String::from_utf8_lossy(&again.stdout).contains("deleted 1 outbox rows"), "the skipped row, on request");
+    let again = run(&url, &["cleanup", "--older-than", "1d", "--include-skipped", "--json"]).await;
+    let v: serde_json::Value = serde_json::from_slice(&again.stdout).expect("json");
+    assert_eq!(v["outbox"]["deleted"], 1, "the skipped row, on request: {v}");
     db.close().await.expect("cleanup");
 }
 

@@ -72,6 +72,14 @@ async fn reconcile_finds_a_change_without_its_event_and_passes_once_it_exists() 
     );
     assert!(stdout.contains("5 business changes, 4 outbox events (4 published)"), "{stdout}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    let out = run(&url, &["reconcile", "--changes-sql", &versions, "--json"]).await;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(
+        (v["missing"].as_bool(), v["changes_without_event"][0].as_str()),
+        (Some(true), Some("order-2 version 2")),
+        "{v}"
+    );
+    assert_eq!(out.status.code(), Some(1));
 
     // The missing event is written (as a repair would); it waits to be published: listed, not missing.
     let mut tx = db.pool().begin().await.expect("begin");

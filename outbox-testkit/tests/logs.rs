@@ -74,6 +74,13 @@ fn forms(secret: &str) -> Vec<String> {
     vec![secret.to_owned(), decimals(&body[..16]), decimals(secret.as_bytes())]
 }
 
+/// The relay's own lines of a capture (its info and warn lines, not lapin's or sqlx's traces), to
+/// tell why an event was not quarantined in time.
+fn relay_lines(text: &str) -> String {
+    let relay = |l: &&str| l.contains("outbox_relay") && (l.contains(" INFO ") || l.contains(" WARN "));
+    text.lines().filter(relay).take(200).collect::<Vec<_>>().join("\n")
+}
+
 #[tokio::test]
 async fn no_payload_reaches_the_logs_at_trace() {
     let capture = Capture::install();
@@ -85,14 +92,16 @@ async fn no_payload_reaches_the_logs_at_trace() {
     let poison = enqueue(&h, "order.poison", "order-2", &secret).await;
     let returned = enqueue(&h, "audit.recorded", "audit-1", &secret).await;
 
-    wait_for("the unroutable event quarantined", Duration::from_secs(30), || async {
+    let quarantined = wait_for("the unroutable event quarantined", Duration::from_secs(90), || async {
         let listed = admin::list_quarantined(h.pool(), 10).await.ok()?;
         listed.iter().any(|q| *q.id.as_uuid() == returned).then_some(())
     })
-    .await
-    .expect("quarantined");
+    .await;
+    if let Err(e) = quarantined {
+        panic!("{e}; the relay's log lines:\n{}", relay_lines(&capture.text()));
+    }
     let runner = h.consumer_handle().expect("consumer");
-    wait_for("one applied, one dead-lettered", Duration::from_secs(30), || async {
+    wait_for("one applied, one dead-lettered", Duration::from_secs(90), || async {
         let stats = runner.stats();
         (stats.applied >= 1 && stats.dead_lettered >= 1).then_some(())
     })

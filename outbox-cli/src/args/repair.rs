@@ -180,6 +180,9 @@ pub(crate) struct CleanupArgs {
     /// Count what would be deleted, delete nothing.
     #[arg(long)]
     pub(crate) dry_run: bool,
+    /// One JSON object on standard output at the end (progress stays on standard error).
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// An age such as `90s`, `30m`, `12h` or `7d`: a positive number and a unit, from 1 s to 10 years.
@@ -218,6 +221,9 @@ pub(crate) struct ReconcileArgs {
     /// Also compare with this consumer's inbox in the same database.
     #[arg(long)]
     pub(crate) inbox: Option<String>,
+    /// One JSON object instead of the report.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// A start time: `now - age` for an age, or an RFC 3339 time.
