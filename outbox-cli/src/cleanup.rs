@@ -30,7 +30,7 @@ pub(crate) async fn run(pool: &PgPool, args: CleanupArgs) -> Result<(), CliError
     let outbox_rows = published + if args.include_skipped { skipped } else { 0 };
     let inbox = match (&args.inbox, args.dedup_window) {
         (Some(consumer), Some(window)) => {
-            let n = outbox_consumer::retention::prunable(pool, consumer, window).await.map_err(inbox_error)?;
+            let n = outbox_consumer::retention::prunable(pool, consumer, window).await?;
             Some((consumer.clone(), window, n))
         }
         _ => None,
@@ -61,10 +61,6 @@ pub(crate) async fn run(pool: &PgPool, args: CleanupArgs) -> Result<(), CliError
         println!("{}", serde_json::json!({ "outbox": json(outbox_done), "inbox": inbox_done.map(json) }));
     }
     Ok(())
-}
-
-fn inbox_error(e: outbox_consumer::Error) -> CliError {
-    CliError::Inbox(e.to_string())
 }
 
 /// Deletes with `delete`, showing progress against `expected`, then prints the count and rate
@@ -107,7 +103,7 @@ async fn inbox_ids(
 ) -> Result<u64, CliError> {
     let mut total = 0;
     loop {
-        let n = outbox_consumer::retention::prune(pool, consumer, window, batch).await.map_err(inbox_error)?;
+        let n = outbox_consumer::retention::prune(pool, consumer, window, batch).await?;
         total += n;
         progress.advance(n);
         if n == 0 {

@@ -49,7 +49,7 @@ pub(crate) enum CliError {
     /// The producer library failed (its migrations, an operator query).
     #[error("{0}")]
     Producer(#[from] outbox_producer::Error),
-    /// Reading an inbox failed.
+    /// Reading or repairing an inbox failed (its message is redacted as the consumer's errors are).
     #[error("{0}")]
     Inbox(String),
     /// The outbox holds no event with this id.
@@ -99,6 +99,12 @@ pub(crate) enum CliError {
 /// `message` on one line: line breaks and the indentation after them become single spaces.
 pub(crate) fn one_line(message: &str) -> String {
     message.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+impl From<outbox_consumer::Error> for CliError {
+    fn from(e: outbox_consumer::Error) -> Self {
+        Self::Inbox(e.to_string())
+    }
 }
 
 #[cfg(test)]

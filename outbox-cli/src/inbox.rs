@@ -24,7 +24,7 @@ pub(crate) async fn run(pool: &PgPool, command: InboxCommand) -> Result<(), CliE
         InboxCommand::Failed { consumer, json } => failed(pool, &consumer, json).await,
         InboxCommand::Retry { consumer, id } => {
             let id = EventId::from_uuid(id);
-            match admin::request_retry(pool, &consumer, id).await.map_err(inbox_error)? {
+            match admin::request_retry(pool, &consumer, id).await? {
                 Requested::Done => {
                     println!("{id} parked again: {consumer} applies it at its next sweep, in its entity's order");
                     Ok(())
@@ -35,7 +35,7 @@ pub(crate) async fn run(pool: &PgPool, command: InboxCommand) -> Result<(), CliE
         }
         InboxCommand::Skip { consumer, id, reason, .. } => {
             let id = EventId::from_uuid(id);
-            match admin::skip_failed(pool, &consumer, id, reason.as_deref()).await.map_err(inbox_error)? {
+            match admin::skip_failed(pool, &consumer, id, reason.as_deref()).await? {
                 Requested::Done => {
                     println!("{id} skipped: never applied; {consumer} applies the events parked behind it");
                     Ok(())
@@ -43,20 +43,14 @@ pub(crate) async fn run(pool: &PgPool, command: InboxCommand) -> Result<(), CliE
                 _ => Err(CliError::NoSuchInboxEvent(id, consumer)),
             }
         }
-        InboxCommand::SkipGap { consumer, entity, .. } => {
-            match admin::skip_gap(pool, &consumer, &entity).await.map_err(inbox_error)? {
-                Some((from, to)) => {
-                    println!("{entity}: sequences {from} to {to} given up on; {consumer} applies the parked events");
-                    Ok(())
-                }
-                None => Err(CliError::NoGap(entity, consumer)),
+        InboxCommand::SkipGap { consumer, entity, .. } => match admin::skip_gap(pool, &consumer, &entity).await? {
+            Some((from, to)) => {
+                println!("{entity}: sequences {from} to {to} given up on; {consumer} applies the parked events");
+                Ok(())
             }
-        }
+            None => Err(CliError::NoGap(entity, consumer)),
+        },
     }
-}
-
-fn inbox_error(e: outbox_consumer::Error) -> CliError {
-    CliError::Inbox(e.to_string())
 }
 
 /// Events processed by `consumer` in the last minute and hour, through the index of processed
@@ -70,7 +64,7 @@ FROM (
 ) hour";
 
 async fn status(pool: &PgPool, consumer: &str, as_json: bool) -> Result<(), CliError> {
-    let b = admin::backlog(pool, consumer).await.map_err(inbox_error)?;
+    let b = admin::backlog(pool, consumer).await?;
     let (minute, hour): (i64, i64) = sqlx::query_as(PROCESSED).bind(consumer).fetch_one(pool).await?;
     if as_json {
         let v = json!({
@@ -101,7 +95,7 @@ async fn status(pool: &PgPool, consumer: &str, as_json: bool) -> Result<(), CliE
 }
 
 async fn gaps(pool: &PgPool, consumer: &str, as_json: bool) -> Result<(), CliError> {
-    let gaps = admin::list_gaps(pool, consumer).await.map_err(inbox_error)?;
+    let gaps = admin::list_gaps(pool, consumer).await?;
     if as_json {
         let all = gaps.iter().map(|g| {
             json!({
@@ -134,7 +128,7 @@ async fn gaps(pool: &PgPool, consumer: &str, as_json: bool) -> Result<(), CliErr
 }
 
 async fn failed(pool: &PgPool, consumer: &str, as_json: bool) -> Result<(), CliError> {
-    let events = admin::list_failed(pool, consumer).await.map_err(inbox_error)?;
+    let events = admin::list_failed(pool, consumer).await?;
     if as_json {
         let all = events.iter().map(|e| {
             json!({

@@ -43,15 +43,11 @@ async fn inbox(conn: &mut PgConnection, pool: &PgPool) -> Result<Option<Vec<(Str
         return Ok(None);
     }
     let mut consumers = Vec::new();
-    for consumer in outbox_consumer::admin::consumers(pool).await.map_err(consumer_error)? {
-        let backlog = outbox_consumer::admin::backlog(pool, &consumer).await.map_err(consumer_error)?;
+    for consumer in outbox_consumer::admin::consumers(pool).await? {
+        let backlog = outbox_consumer::admin::backlog(pool, &consumer).await?;
         consumers.push((consumer, backlog));
     }
     Ok(Some(consumers))
-}
-
-fn consumer_error(e: outbox_consumer::Error) -> CliError {
-    CliError::Inbox(e.to_string())
 }
 
 fn to_json(r: &Report) -> Value {

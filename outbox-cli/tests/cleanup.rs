@@ -5,18 +5,10 @@
 
 mod support;
 
-use std::process::Output;
-
 use outbox_testkit::TestDb;
-use support::outbox;
+use support::output as run;
 
 const OLD: i64 = 100_000;
-
-async fn run(url: &str, args: &[&str]) -> Output {
-    let mut cmd = outbox();
-    cmd.args(args).env("DATABASE_URL", url);
-    tokio::task::spawn_blocking(move || cmd.output().expect("run outbox")).await.expect("join")
-}
 
 /// `OLD` published rows two days old over 1,000 entities, then per state one row three days old:
 /// waiting, claimed (leased), held, quarantined, skipped; and 10 published an hour ago. The inbox of

@@ -13,7 +13,7 @@ use outbox_consumer::{HandlerError, InboxLayer, InboxRequest, InboxRunner};
 use outbox_core::{Event, NewEvent};
 use outbox_testkit::{Harness, wait_for};
 use sqlx::PgPool;
-use support::outbox;
+use support::output as run;
 use tower::Layer;
 
 const CONSUMER: &str = "shipping";
@@ -42,12 +42,6 @@ fn event(entity: &str, seq: u64, poison: bool) -> Event {
         .expect("json")
         .entity(entity)
         .into_event(Some(seq), SystemTime::now())
-}
-
-async fn run(url: &str, args: &[&str]) -> Output {
-    let mut cmd = outbox();
-    cmd.args(args).env("DATABASE_URL", url);
-    tokio::task::spawn_blocking(move || cmd.output().expect("run outbox")).await.expect("join")
 }
 
 async fn json(url: &str, args: &[&str]) -> serde_json::Value {

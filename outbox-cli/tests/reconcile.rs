@@ -4,18 +4,10 @@
 
 mod support;
 
-use std::process::Output;
-
 use outbox_core::NewEvent;
 use outbox_producer::Outbox;
 use outbox_testkit::TestDb;
-use support::outbox;
-
-async fn run(url: &str, args: &[&str]) -> Output {
-    let mut cmd = outbox();
-    cmd.args(args).env("DATABASE_URL", url);
-    tokio::task::spawn_blocking(move || cmd.output().expect("run outbox")).await.expect("join")
-}
+use support::output as run;
 
 /// Writes `order-<id>` at `version` with its event, in one transaction, as a service would.
 async fn change(db: &TestDb, id: i64, version: i64) -> uuid::Uuid {

@@ -10,15 +10,8 @@ use std::process::Output;
 use outbox_core::NewEvent;
 use outbox_producer::Outbox;
 use outbox_testkit::TestDb;
-use support::outbox;
+use support::output as run;
 use uuid::Uuid;
-
-/// Runs `outbox ARGS` against `url` on a blocking thread.
-async fn run(url: &str, args: &[&str]) -> Output {
-    let mut cmd = outbox();
-    cmd.args(args).env("DATABASE_URL", url);
-    tokio::task::spawn_blocking(move || cmd.output().expect("run outbox")).await.expect("join")
-}
 
 fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()

@@ -9,13 +9,10 @@ use std::process::Output;
 use outbox_core::NewEvent;
 use outbox_producer::Outbox;
 use outbox_testkit::TestDb;
-use support::outbox;
 
-/// Runs `outbox status ARGS` against `url`, waiting for it on a blocking thread.
+/// Runs `outbox status ARGS` against `url`.
 async fn status(url: &str, args: &[&str]) -> Output {
-    let mut cmd = outbox();
-    cmd.arg("status").args(args).env("DATABASE_URL", url);
-    tokio::task::spawn_blocking(move || cmd.output().expect("run outbox status")).await.expect("join")
+    support::output(url, &[&["status"], args].concat()).await
 }
 
 /// `order-1`: 3 events, the first published, the second claimed by `relay-x` with an expired

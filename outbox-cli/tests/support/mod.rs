@@ -146,3 +146,11 @@ pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let status = head.split_whitespace().nth(1)?.parse().ok()?;
     Some((status, body.to_owned()))
 }
+
+/// Runs `outbox ARGS` against the database `url` to its end, on a blocking thread: its exit
+/// status, stdout and stderr.
+pub async fn output(url: &str, args: &[&str]) -> std::process::Output {
+    let mut cmd = outbox();
+    cmd.args(args).env("DATABASE_URL", url);
+    tokio::task::spawn_blocking(move || cmd.output().expect("run outbox")).await.expect("join")
+}
