@@ -38,6 +38,7 @@
 mod amqp;
 mod consumer;
 mod counters;
+mod cpu;
 mod figure;
 mod gauges;
 mod machine;

@@ -10,8 +10,9 @@ use tokio::time::Instant;
 
 use super::stats::{CONSUMING, STATS, handled, parse_stats};
 use super::verify::{check_stats, verify};
-use super::{CONSUMER, Plan, REPLAY_KEY, Target, fill};
+use super::{APPLICATION_NAME, CONSUMER, Plan, REPLAY_KEY, Target, fill};
 use crate::BoxError;
+use crate::cpu::{Meter, Spent};
 use crate::figure::comment;
 use crate::process::Subprocess;
 
@@ -27,6 +28,9 @@ pub(super) struct Measured {
     pub(super) duplicates: Duration,
     /// Peak RSS of the process, kB.
     pub(super) peak_kib: u64,
+    /// CPU spent while applying, and while dropping the duplicates.
+    pub(super) cpu: Spent,
+    pub(super) duplicates_cpu: Spent,
 }
 
 /// Starts the consumer process on the filled queue, times its applying every event, then has it
@@ -41,14 +45,18 @@ pub(super) async fn inbox(
     let pool = db.pool();
     let args = ["consumer-process", "--queue", target.queue, "--consumer", CONSUMER];
     let mut process = Subprocess::spawn("the consumer process", &args, &db.url(), target.url).await?;
+    let meter = Meter::new(process.child.id().ok_or("the consumer process has ended")?, APPLICATION_NAME);
     let outcome = async {
+        let before = meter.sample(pool).await?;
         let start = Instant::now();
         let (inbox, stats) = await_handled(&mut process, plan.events, start, plan.limit).await?;
+        let cpu = before.spent_until(&meter.sample(pool).await?);
         comment(format_args!("inbox: {stats:?} after {:.3} s", inbox.as_secs_f64()));
         check_stats(&stats, plan.events, 0)?;
         verify(pool, plan).await?;
 
         fill(target, "duplicates", REPLAY_KEY, replayed).await?;
+        let before = meter.sample(pool).await?;
         let start = Instant::now();
         let answer = process.request(&format!("consume {}", target.replay)).await?;
         if answer != CONSUMING {
@@ -56,6 +64,7 @@ pub(super) async fn inbox(
         }
         let expected = plan.events + plan.duplicates;
         let (duplicates, stats) = await_handled(&mut process, expected, start, plan.limit).await?;
+        let duplicates_cpu = before.spent_until(&meter.sample(pool).await?);
         comment(format_args!("duplicates: {stats:?} after {:.3} s", duplicates.as_secs_f64()));
         check_stats(&stats, plan.events, plan.duplicates)?;
         verify(pool, plan).await?;
@@ -63,7 +72,7 @@ pub(super) async fn inbox(
         // Read the peak before the shutdown, which allocates nothing worth measuring.
         let (peak_kib, now_kib) = process.memory().await?;
         comment(format_args!("consumer process memory after both phases: VmHWM {peak_kib} kB, VmRSS {now_kib} kB"));
-        Ok::<_, BoxError>(Measured { inbox, duplicates, peak_kib })
+        Ok::<_, BoxError>(Measured { inbox, duplicates, peak_kib, cpu, duplicates_cpu })
     }
     .await;
     let stopped = process.stop().await;

@@ -74,6 +74,8 @@ const BATCH: usize = 16;
 const POOL: u32 = 16;
 /// The inbox's consumer name.
 const CONSUMER: &str = "bench-shipping";
+/// `application_name` of the consumer process's database connections, to find its backends.
+const APPLICATION_NAME: &str = "outbox-bench-consumer";
 /// Routing key of the duplicates, bound to the second queue only.
 const REPLAY_KEY: &str = "order.replayed";
 
@@ -154,6 +156,8 @@ async fn bench(db: &TestDb, broker: &TestBroker, plan: Plan) -> Result<(), BoxEr
     figure("consumer_inbox_ratio", Value::Ratio(inbox_rate / raw_rate), "x");
     figure("consumer_duplicate_drop_per_s", Value::Rate(drop_rate), "events/s");
     figure("consumer_peak_rss_mib", Value::Mebibytes(measured.peak_kib as f64 / 1024.0), "MiB");
+    measured.cpu.print("consumer", plan.events);
+    measured.duplicates_cpu.print("consumer_duplicate", plan.duplicates);
     Ok(())
 }
 

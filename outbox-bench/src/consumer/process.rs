@@ -2,12 +2,12 @@
 //! `shipments` in a process of their own, answering the benchmark's requests on standard input.
 
 use outbox_consumer::{InboxLayer, InboxRunner};
-use sqlx::postgres::PgPoolOptions;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tower::Layer;
 
-use super::POOL;
 use super::shipments::apply_shipment;
 use super::stats::{CONSUMING, STATS, format_stats, sum};
+use super::{APPLICATION_NAME, POOL};
 use crate::BoxError;
 use crate::process::{READY, Urls, init_child_logging, stdin_lines};
 
@@ -31,7 +31,8 @@ pub(crate) struct ProcessArgs {
 /// down gracefully at SIGTERM, SIGINT or the end of standard input.
 pub(crate) async fn process(args: ProcessArgs) -> Result<(), BoxError> {
     init_child_logging();
-    let pool = PgPoolOptions::new().max_connections(POOL).connect(&args.urls.database_url).await?;
+    let options = args.urls.database_url.parse::<PgConnectOptions>()?.application_name(APPLICATION_NAME);
+    let pool = PgPoolOptions::new().max_connections(POOL).connect_with(options).await?;
     let service = InboxLayer::new(pool.clone(), args.consumer).layer(tower::service_fn(apply_shipment));
     // Experiments only (the figures are defined with the defaults): other batch sizes and
     // concurrency through the environment.

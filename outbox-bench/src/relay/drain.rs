@@ -11,8 +11,10 @@ use tokio::time::Instant;
 use super::arrivals::Arrivals;
 use super::fill::fill;
 use super::in_process::InProcess;
+use super::process::APPLICATION_NAME;
 use super::{Backlog, Target};
 use crate::BoxError;
+use crate::cpu::{Meter, Spent};
 use crate::figure::comment;
 use crate::process::Subprocess;
 
@@ -139,6 +141,8 @@ fn report_drain(what: &str, entities: u64, filled: Duration, drained: &Drained) 
 pub(super) struct Drain {
     pub(super) rate: f64,
     pub(super) peak_rss_mib: f64,
+    /// CPU spent by the relay process, its backends and the broker during the drain.
+    pub(super) cpu: Spent,
 }
 
 /// Fills a backlog, drains it with the relay process and returns its rate and the process's peak
@@ -160,25 +164,28 @@ pub(super) async fn drain_in_child(
             args.extend(["--gauge-interval-ms", ms]);
         }
         let mut process = Subprocess::spawn("the relay process", &args, &db.url(), target.url).await?;
+        let meter = Meter::new(process.child.id().ok_or("the relay process has ended")?, APPLICATION_NAME);
+        let before = meter.sample(db.pool()).await?;
         let start = Instant::now();
         let drained =
             await_drain(db.pool(), &arrivals, backlog.events, start, backlog.limit, Some(&mut process.child)).await;
+        let cpu = before.spent_until(&meter.sample(db.pool()).await?);
         // Read the peak before the shutdown, which allocates nothing worth measuring.
         let memory = process.memory().await;
         let stopped = process.stop().await;
         let drained = drained?;
         let (peak_kib, now_kib) = memory?;
         stopped?;
-        Ok::<_, BoxError>((drained, peak_kib, now_kib))
+        Ok::<_, BoxError>((drained, peak_kib, now_kib, cpu))
     }
     .await;
     let stopped = arrivals.stop().await;
-    let (drained, peak_kib, now_kib) = outcome?;
+    let (drained, peak_kib, now_kib, cpu) = outcome?;
     stopped?;
     target.purge().await?;
     report_drain("drain (relay process)", backlog.entities, filled, &drained);
     comment(format_args!("relay process memory after the drain: VmHWM {peak_kib} kB, VmRSS {now_kib} kB"));
-    Ok(Drain { rate: drained.rate(), peak_rss_mib: peak_kib as f64 / 1024.0 })
+    Ok(Drain { rate: drained.rate(), peak_rss_mib: peak_kib as f64 / 1024.0, cpu })
 }
 
 // ---------------------------------------------------------------------------------------------

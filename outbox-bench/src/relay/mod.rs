@@ -221,16 +221,17 @@ async fn drain_phase(target: Target<'_>, plan: Plan) -> Result<(), BoxError> {
             drain.rate
         ));
         peak_rss_mib = peak_rss_mib.max(drain.peak_rss_mib);
-        rounds.push((ratio, ceiling, drain.rate));
+        rounds.push((ratio, ceiling, drain.rate, drain.cpu));
         before = after;
     }
     rounds.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let (ratio, ceiling, rate) = rounds[rounds.len() / 2];
+    let (ratio, ceiling, rate, cpu) = rounds[rounds.len() / 2];
     figure("broker_ceiling_msgs_per_s", Value::Rate(ceiling), "msgs/s");
     figure("relay_drain_backlog_events", Value::Count(plan.drain.events), "events");
     figure("relay_drain_events_per_s", Value::Rate(rate), "events/s");
     figure("relay_drain_ratio", Value::Ratio(ratio), "x");
     figure("relay_peak_rss_mib", Value::Mebibytes(peak_rss_mib), "MiB");
+    cpu.print("relay", plan.drain.events);
     Ok(())
 }
 

@@ -2,11 +2,14 @@
 //! process of its own, so that the drain phase measures its peak RSS alone.
 
 use outbox_relay::{AmqpPublisher, Relay};
-use sqlx::postgres::PgPoolOptions;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use super::settings::{RELAY_CONNECTIONS, experiment};
 use crate::BoxError;
 use crate::process::{READY, Urls, init_child_logging, stdin_lines};
+
+/// `application_name` of the relay process's database connections, to find its backends.
+pub(super) const APPLICATION_NAME: &str = "outbox-bench-relay";
 
 /// Arguments of the hidden `relay-process` command. The URLs come from the environment, where
 /// `relay` puts them.
@@ -27,7 +30,8 @@ pub(crate) struct ProcessArgs {
 /// opens) until SIGTERM, SIGINT or the end of standard input, then a graceful shutdown.
 pub(crate) async fn process(args: ProcessArgs) -> Result<(), BoxError> {
     init_child_logging();
-    let pool = PgPoolOptions::new().max_connections(RELAY_CONNECTIONS).connect(&args.urls.database_url).await?;
+    let options = args.urls.database_url.parse::<PgConnectOptions>()?.application_name(APPLICATION_NAME);
+    let pool = PgPoolOptions::new().max_connections(RELAY_CONNECTIONS).connect_with(options).await?;
     let publisher = AmqpPublisher::builder(args.urls.amqp_url).connection_name("outbox-bench-relay").build();
     let mut relay = experiment(
         Relay::builder(pool.connect_options().as_ref().clone(), publisher.clone())
