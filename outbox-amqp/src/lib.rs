@@ -25,6 +25,7 @@
 //! # Ok(()) }
 //! ```
 
+mod acks;
 mod classify;
 mod connection;
 mod dead_letters;

@@ -1,24 +1,41 @@
 //! The consumer's side of the broker: a connection consuming some queues with a prefetch, the
-//! deliveries it yields, acked or requeued one by one.
+//! deliveries it yields, acked (coalesced, see `acks`) or requeued.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::SelectAll;
 use futures::{FutureExt, StreamExt};
-use lapin::options::{BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions};
+use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::{FieldTable, ShortString};
 use lapin::{Channel, Connection, Consumer};
 use outbox_core::wire::WireMessage;
 
+use crate::acks::AckWindow;
 use crate::{DeadLetters, Error, connect};
 
 /// How long opening a subscription's connection may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A message received from a queue, to be acked or requeued once handled.
+///
+/// Acks are coalesced: a delivery acked goes with every delivery before it on its channel in one
+/// `basic.ack` (`multiple`), once none of those is still in hand. A delivery dropped unsettled stays
+/// unacknowledged until its connection closes, and the broker then delivers it again.
 #[derive(Debug)]
 pub struct Delivery {
     pub(crate) inner: lapin::message::Delivery,
+    window: Arc<AckWindow>,
+}
+
+impl Drop for Delivery {
+    fn drop(&mut self) {
+        // Unsettled: never covered by a coalesced ack, and it must not hold the others back. (A
+        // settled delivery is no longer in the window: nothing to do.)
+        if self.window.is_open(self.inner.delivery_tag) {
+            self.window.set_aside_later(self.inner.delivery_tag);
+        }
+    }
 }
 
 impl Delivery {
@@ -42,12 +59,28 @@ impl Delivery {
         self.inner.properties.correlation_id().as_ref().map(ShortString::as_str)
     }
 
-    /// Acknowledges the delivery: the broker forgets it.
+    /// Acknowledges the delivery: the broker forgets it once every delivery before it on its
+    /// channel is settled (the ack is coalesced with theirs).
     ///
     /// # Errors
     /// The channel's failure (the broker then delivers it again).
     pub async fn ack(&self) -> Result<(), Error> {
-        self.inner.ack(BasicAckOptions::default()).await?;
+        self.window.ack([self.inner.delivery_tag]).await
+    }
+
+    /// Acknowledges deliveries of one subscription together, as [`Delivery::ack`] does each.
+    ///
+    /// # Errors
+    /// The channel's failure (the broker then delivers them again).
+    pub async fn ack_all(deliveries: &[Delivery]) -> Result<(), Error> {
+        let mut rest: Vec<&Delivery> = deliveries.iter().collect();
+        while let Some(first) = rest.first() {
+            let window = first.window.clone();
+            let (same, other): (Vec<&Delivery>, Vec<&Delivery>) =
+                rest.into_iter().partition(|d| Arc::ptr_eq(&d.window, &window));
+            window.ack(same.iter().map(|d| d.inner.delivery_tag)).await?;
+            rest = other;
+        }
         Ok(())
     }
 
@@ -56,8 +89,18 @@ impl Delivery {
     /// # Errors
     /// The channel's failure (the broker then delivers it again anyway).
     pub async fn requeue(&self) -> Result<(), Error> {
-        self.inner.nack(BasicNackOptions { requeue: true, ..BasicNackOptions::default() }).await?;
-        Ok(())
+        self.window.requeue(self.inner.delivery_tag).await
+    }
+
+    /// Gives the delivery back to its queue after `delay`; meanwhile the deliveries after it are
+    /// acked without waiting for it.
+    ///
+    /// # Errors
+    /// The channel's failure (the broker then delivers it again anyway).
+    pub async fn requeue_after(&self, delay: Duration) -> Result<(), Error> {
+        self.window.set_aside(self.inner.delivery_tag).await?;
+        tokio::time::sleep(delay).await;
+        self.requeue().await
     }
 }
 
@@ -69,6 +112,7 @@ pub struct Subscription {
     streams: SelectAll<Consumer>,
     tags: Vec<ShortString>,
     dead_letters: DeadLetters,
+    window: Arc<AckWindow>,
 }
 
 impl std::fmt::Debug for Subscription {
@@ -103,12 +147,18 @@ impl Subscription {
             tags.push(consumer.tag());
             streams.push(consumer);
         }
-        Ok(Self { connection, channel, streams, tags, dead_letters })
+        let window = AckWindow::new(channel.clone());
+        Ok(Self { connection, channel, streams, tags, dead_letters, window })
     }
 
     /// The next delivery; `None` when the broker ended every consumer.
     pub async fn next(&mut self) -> Option<Result<Delivery, Error>> {
-        Some(self.streams.next().await?.map(|inner| Delivery { inner }).map_err(Error::from))
+        Some(self.streams.next().await?.map(|inner| self.delivery(inner)).map_err(Error::from))
+    }
+
+    fn delivery(&self, inner: lapin::message::Delivery) -> Delivery {
+        self.window.receive(inner.delivery_tag);
+        Delivery { inner, window: self.window.clone() }
     }
 
     /// Moves the deliveries already received into `batch`, up to `max` in all, without waiting.
@@ -119,7 +169,7 @@ impl Subscription {
     pub fn take_ready(&mut self, batch: &mut Vec<Delivery>, max: usize) -> Result<(), Option<Error>> {
         while batch.len() < max {
             match self.streams.next().now_or_never() {
-                Some(Some(Ok(inner))) => batch.push(Delivery { inner }),
+                Some(Some(Ok(inner))) => batch.push(self.delivery(inner)),
                 Some(Some(Err(e))) => return Err(Some(e.into())),
                 Some(None) => return Err(None),
                 None => break,

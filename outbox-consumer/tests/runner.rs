@@ -483,3 +483,55 @@ async fn deliveries_in_hand_share_a_transaction_and_a_refused_one_goes_alone() {
     handle.shutdown().await.expect("shutdown");
     env.close().await;
 }
+
+/// Acks are coalesced over the channel's lowest unacked deliveries, but a delivery waiting out its
+/// retry delay holds none of the others back: with a prefetch of 4, forty events behind it are
+/// applied and acked (the broker would send no more than three of them otherwise), and after the
+/// shutdown only the waiting one is back in the queue.
+#[tokio::test]
+async fn a_delivery_waiting_to_be_retried_holds_back_no_other_ack() {
+    let env = Env::new().await;
+    let failing = tower::service_fn(|req: InboxRequest| async move {
+        if req.event().entity.as_ref().is_some_and(|e| e.key == "slow") {
+            return Err(HandlerError::transient("downstream unavailable"));
+        }
+        apply(req).await
+    });
+    let svc = InboxLayer::new(env.pool().clone(), "shipping").layer(failing);
+    let mut events = vec![event("slow", 1)];
+    events.extend((0..40).map(|e| event(&format!("q{e}"), 1)));
+    env.publish(&events).await;
+    let handle = env
+        .runner(svc)
+        .prefetch(4)
+        .concurrency(2)
+        .retry_policy(RetryPolicy::default().initial_delay(Duration::from_secs(120)).max_attempts(5))
+        .shutdown_deadline(Duration::from_millis(500))
+        .build()
+        .expect("runner")
+        .spawn();
+    wait_for("the forty applied", Duration::from_secs(60), || async {
+        (count_effects(env.pool()).await == 40).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e:?}: {:?}", handle.stats()));
+    assert_eq!(handle.stats().retried, 1, "the slow event waits for its retry");
+    handle.shutdown().await.expect("shutdown");
+    assert!(effects(env.pool(), "slow").await.is_empty());
+
+    let conn = lapin::Connection::connect(&outbox_testkit::amqp_url(), lapin::ConnectionProperties::default())
+        .await
+        .expect("connect");
+    let queue = env.h.topology().queues[0].clone();
+    let channel = conn.create_channel().await.expect("channel");
+    let passive = lapin::options::QueueDeclareOptions { passive: true, ..Default::default() };
+    let waiting = wait_for("the unacked delivery back in the queue", Duration::from_secs(30), || async {
+        let q = channel.queue_declare(queue.as_str().into(), passive, FieldTable::default()).await.expect("declare");
+        (q.message_count() > 0).then_some(q.message_count())
+    })
+    .await
+    .expect("requeued");
+    assert_eq!(waiting, 1, "only the event waiting for its retry is back; the forty were acked");
+    let _ = conn.close(200, "".into()).await;
+    env.close().await;
+}

@@ -81,13 +81,31 @@ where
         for group in distinct_groups(events) {
             self.apply_group(group, &mut verdicts).await?;
         }
-        let finishing = deliveries.into_iter().zip(verdicts).map(|(delivery, verdict)| async move {
-            match verdict {
-                Some(verdict) => self.finish(delivery, verdict, dead_letters).await,
-                None => Ok(()),
-            }
-        });
-        futures::future::try_join_all(finishing).await?;
+        let (acked, others): (Vec<_>, Vec<_>) = deliveries
+            .into_iter()
+            .zip(verdicts)
+            .filter_map(|(delivery, verdict)| Some((delivery, verdict?)))
+            .partition(|(_, verdict)| matches!(verdict, Verdict::Ack));
+        let finishing = others.into_iter().map(|(delivery, verdict)| self.finish(delivery, verdict, dead_letters));
+        let acked: Vec<Delivery> = acked.into_iter().map(|(delivery, _)| delivery).collect();
+        let (acking, finished) = tokio::join!(self.ack(&acked), futures::future::join_all(finishing));
+        acking?;
+        finished.into_iter().collect()
+    }
+
+    /// Acks the deliveries whose events committed, together (one coalesced ack where the channel
+    /// allows it).
+    async fn ack(&self, deliveries: &[Delivery]) -> Result<()> {
+        if deliveries.is_empty() {
+            return Ok(());
+        }
+        #[cfg(feature = "fail-points")]
+        if self.settings.crash_at == Some(super::CrashPoint::AfterCommitBeforeAck) {
+            self.crashed.store(true, std::sync::atomic::Ordering::SeqCst);
+            tracing::warn!("crash point reached: the runner stops before acking");
+            return Err(Error::Crashed);
+        }
+        let _ = Delivery::ack_all(deliveries).await;
         Ok(())
     }
 
@@ -113,21 +131,12 @@ where
         Ok(())
     }
 
-    /// Acks, requeues or dead-letters a delivery as its verdict says.
+    /// Requeues or dead-letters a delivery as its verdict says.
     async fn finish(&self, delivery: Delivery, verdict: Verdict, dead_letters: &DeadLetters) -> Result<()> {
         match verdict {
-            Verdict::Ack => {
-                #[cfg(feature = "fail-points")]
-                if self.settings.crash_at == Some(super::CrashPoint::AfterCommitBeforeAck) {
-                    self.crashed.store(true, std::sync::atomic::Ordering::SeqCst);
-                    tracing::warn!("crash point reached: the runner stops before acking");
-                    return Err(Error::Crashed);
-                }
-                let _ = delivery.ack().await;
-            }
+            Verdict::Ack => self.ack(std::slice::from_ref(&delivery)).await?,
             Verdict::Requeue(delay) => {
-                tokio::time::sleep(delay).await;
-                let _ = delivery.requeue().await;
+                let _ = delivery.requeue_after(delay).await;
             }
             Verdict::DeadLetter { reason, detail } => self.dead_letter(delivery, dead_letters, reason, &detail).await,
         }
@@ -200,8 +209,7 @@ where
             }
             Err(e) => {
                 tracing::warn!(error = %e, "could not dead-letter; the delivery is requeued");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                let _ = delivery.requeue().await;
+                let _ = delivery.requeue_after(Duration::from_secs(1)).await;
             }
         }
     }
