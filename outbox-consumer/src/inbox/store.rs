@@ -98,6 +98,12 @@ pub(crate) async fn admit_batch(
 
 /// [`advance`] for several entities (each once) in one statement; returns the keys of those whose
 /// next event is parked (read under the entities' locks, as in [`advance`]).
+///
+/// The entities are locked, so each row exists: the update is written as an upsert because
+/// `ON CONFLICT` always finds its row through the primary key. An `UPDATE` joined with the array
+/// gets its plan from the table's statistics, and the generic plan a prepared statement keeps may
+/// be one made while the table was nearly empty, which reads every entity of the consumer per
+/// batch.
 pub(crate) async fn advance_batch(
     conn: &mut PgConnection,
     consumer: &str,
@@ -106,15 +112,15 @@ pub(crate) async fn advance_batch(
 ) -> Result<Vec<String>> {
     Ok(sqlx::query_scalar(
         "WITH moved AS (
-             UPDATE inbox_entities e SET last_seq = i.seq, updated_at = now()
-             FROM unnest($2::text[], $3::int8[]) AS i(entity_key, seq)
-             WHERE e.consumer = $1 AND e.entity_key = i.entity_key
+             INSERT INTO inbox_entities AS e (consumer, entity_key, last_seq)
+             SELECT $1, i.entity_key, i.seq FROM unnest($2::text[], $3::int8[]) AS i(entity_key, seq)
+             ON CONFLICT (consumer, entity_key) DO UPDATE SET last_seq = EXCLUDED.last_seq, updated_at = now()
              RETURNING e.entity_key, e.last_seq
          )
          SELECT m.entity_key FROM moved m
-         WHERE EXISTS (SELECT 1 FROM inbox_events p
-                       WHERE p.consumer = $1 AND p.entity_key = m.entity_key AND p.seq = m.last_seq + 1
-                         AND p.status = 'parked')",
+         WHERE (SELECT EXISTS (SELECT 1 FROM inbox_events p
+                               WHERE p.consumer = $1 AND p.entity_key = m.entity_key AND p.seq = m.last_seq + 1
+                                 AND p.status = 'parked'))",
     )
     .bind(consumer)
     .bind(keys)
