@@ -54,6 +54,17 @@ impl Delivery {
         self.inner.properties.message_id().as_ref().map(ShortString::as_str)
     }
 
+    /// The entity key of the wire contract's `x-entity` header, if the message has one, read
+    /// without decoding the rest of the message.
+    pub fn entity(&self) -> Option<&str> {
+        let headers = self.inner.properties.headers().as_ref()?;
+        match headers.inner().get(outbox_core::wire::HEADER_ENTITY)? {
+            lapin::types::AMQPValue::LongString(s) => std::str::from_utf8(s.as_bytes()).ok(),
+            lapin::types::AMQPValue::ShortString(s) => Some(s.as_str()),
+            _ => None,
+        }
+    }
+
     /// The `correlation_id` property, if any.
     pub fn correlation_id(&self) -> Option<&str> {
         self.inner.properties.correlation_id().as_ref().map(ShortString::as_str)

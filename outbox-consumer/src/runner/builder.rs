@@ -56,11 +56,11 @@ impl<S> InboxRunnerBuilder<S> {
     /// The connection name shown in RabbitMQ's management UI unless set.
     pub const DEFAULT_CONNECTION_NAME: &'static str = "outbox-inbox";
     /// Unacked deliveries the broker may send ahead unless set.
-    pub const DEFAULT_PREFETCH: u16 = 64;
+    pub const DEFAULT_PREFETCH: u16 = 512;
     /// Transactions handled at once unless set.
     pub const DEFAULT_CONCURRENCY: usize = 8;
     /// Deliveries sharing one transaction at most unless set.
-    pub const DEFAULT_BATCH_SIZE: usize = 16;
+    pub const DEFAULT_BATCH_SIZE: usize = 32;
     /// How often parked events are swept unless set.
     pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(5);
     /// Default [`InboxRunnerBuilder::dedup_window`]: 7 days.
@@ -133,7 +133,10 @@ impl<S> InboxRunnerBuilder<S> {
         self
     }
 
-    /// Sets how many unacked deliveries the broker may send ahead. Defaults to 64.
+    /// Sets how many unacked deliveries the broker may send ahead. Defaults to 512: enough for
+    /// [`InboxRunnerBuilder::concurrency`] full batches in hand and as many waiting. The process
+    /// holds up to this many messages in memory (512 of 64 KiB are 32 MiB), so lower it for large
+    /// payloads.
     #[must_use]
     pub fn prefetch(mut self, n: u16) -> Self {
         self.settings.prefetch = n.max(1);
@@ -152,7 +155,7 @@ impl<S> InboxRunnerBuilder<S> {
     /// has already sent, without waiting for more: deliveries with distinct event ids and entities
     /// are handled together by [`InboxService::call_batch`] and acked after its one commit; if any
     /// of them fails, the batch is rolled back and each is handled on its own, as with a batch
-    /// size of 1. Defaults to 16.
+    /// size of 1. Defaults to 32.
     #[must_use]
     pub fn batch_size(mut self, n: usize) -> Self {
         self.settings.batch_size = n.max(1);

@@ -4,6 +4,7 @@
 //! - `builder`: the settings and their defaults;
 //! - `handle`: a running runner, its counts and its shutdown;
 //! - `session`: one connection's life, from subscribing to closing;
+//! - `schedule`: which deliveries make the next batch (an entity in hand waits);
 //! - `batch`: what happens to the deliveries taken together (decode, apply, ack or dead-letter).
 
 mod batch;
@@ -11,6 +12,7 @@ mod builder;
 mod gauges;
 mod handle;
 mod retention;
+mod schedule;
 mod session;
 
 use std::collections::HashMap;

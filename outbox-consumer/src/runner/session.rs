@@ -1,6 +1,8 @@
 //! One connection's life: subscribe, hand batches of deliveries to tasks within the concurrency
-//! limit, sweep parked events now and then, and on shutdown finish what is in hand.
+//! limit (two batches in hand never share an entity, see `schedule`), sweep parked events now and
+//! then, and on shutdown finish what is in hand.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -10,7 +12,8 @@ use tokio::task::JoinSet;
 use tower::Service;
 
 use super::Shared;
-use crate::{Error, InboxRequest, Result};
+use super::schedule::Schedule;
+use crate::{InboxRequest, Result};
 
 type Tasks = JoinSet<Result<()>>;
 
@@ -41,6 +44,7 @@ where
     }
 
     /// Takes deliveries until shutdown (`Ok(true)`) or until the subscription ends (`Ok(false)`).
+    /// Deliveries wait in a [`Schedule`] until a permit is free and their entity is not in hand.
     async fn consume(
         self: &Arc<Self>,
         subscription: &mut Subscription,
@@ -48,14 +52,31 @@ where
         shutdown: &mut (impl Future<Output = ()> + Unpin),
     ) -> Result<bool> {
         let permits = Arc::new(Semaphore::new(self.settings.concurrency));
+        let mut schedule = Schedule::default();
+        // The entities each batch in hand holds, by task.
+        let mut holding: HashMap<tokio::task::Id, Vec<String>> = HashMap::new();
         let mut sweep = tokio::time::interval(self.settings.sweep_interval);
         sweep.tick().await;
         loop {
+            while !schedule.is_empty() {
+                let Ok(permit) = permits.clone().try_acquire_owned() else { break };
+                let (batch, entities) = schedule.next_batch(self.settings.batch_size);
+                if batch.is_empty() {
+                    break;
+                }
+                let id = self.spawn_batch(tasks, batch, subscription, permit);
+                holding.insert(id, entities);
+            }
             tokio::select! {
                 () = &mut *shutdown => return Ok(true),
                 _ = sweep.tick() => self.sweep().await,
-                Some(done) = tasks.join_next(), if !tasks.is_empty() => {
-                    if let Ok(Err(e)) = done {
+                Some(done) = tasks.join_next_with_id(), if !tasks.is_empty() => {
+                    let id = match &done {
+                        Ok((id, _)) => *id,
+                        Err(e) => e.id(),
+                    };
+                    schedule.release(&holding.remove(&id).unwrap_or_default());
+                    if let Ok((_, Err(e))) = done {
                         // A crash point: stop as if dead, without acking anything else.
                         tasks.abort_all();
                         return Err(e);
@@ -67,11 +88,13 @@ where
                         Some(Err(e)) => return Ok(ended(Some(&e))),
                         None => return Ok(ended(None)),
                     };
-                    let permit = permits.clone().acquire_owned().await.map_err(|_| Error::Stopped)?;
-                    // With the permit in hand, take what else the broker has sent meanwhile.
-                    let mut batch = vec![first];
-                    let more = subscription.take_ready(&mut batch, self.settings.batch_size);
-                    self.spawn_batch(tasks, batch, subscription, permit);
+                    // Take what else the broker has sent meanwhile.
+                    let mut received = vec![first];
+                    let more = subscription.take_ready(&mut received, usize::from(self.settings.prefetch));
+                    for delivery in received {
+                        let entity = delivery.entity().map(str::to_owned);
+                        schedule.push(entity, delivery);
+                    }
                     if let Err(e) = more {
                         return Ok(ended(e.as_ref()));
                     }
@@ -86,14 +109,16 @@ where
         batch: Vec<Delivery>,
         subscription: &Subscription,
         permit: tokio::sync::OwnedSemaphorePermit,
-    ) {
+    ) -> tokio::task::Id {
         let this = self.clone();
         let dead_letters = subscription.dead_letters();
-        tasks.spawn(async move {
-            let r = this.handle_batch(batch, &dead_letters).await;
-            drop(permit);
-            r
-        });
+        tasks
+            .spawn(async move {
+                let r = this.handle_batch(batch, &dead_letters).await;
+                drop(permit);
+                r
+            })
+            .id()
     }
 
     async fn sweep(&self) {
