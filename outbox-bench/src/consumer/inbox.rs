@@ -17,7 +17,7 @@ use crate::figure::comment;
 use crate::process::Subprocess;
 
 /// How often the benchmark asks the consumer process how far it got.
-const POLL: Duration = Duration::from_millis(5);
+pub(super) const POLL: Duration = Duration::from_millis(5);
 
 /// What the consumer process measured.
 #[derive(Debug)]
@@ -83,7 +83,7 @@ pub(super) async fn inbox(
 
 /// Polls the consumer process until it has handled `expected` deliveries in all (applied,
 /// duplicate, stale, parked or dead-lettered), or fails after `limit`.
-async fn await_handled(
+pub(super) async fn await_handled(
     process: &mut Subprocess,
     expected: u64,
     start: Instant,

@@ -34,14 +34,19 @@
 //!    queue, then tell the consumer process to consume it too; the clock runs until every one was
 //!    dropped as a duplicate. Verified again: nothing else happened and the business table and the
 //!    inbox did not change.
-//! 5. The consumer process's peak RSS (`VmHWM`), read before it shuts down.
+//! 5. The consumer process's peak RSS (`VmHWM`), read before it shuts down, and the CPU time per
+//!    1,000 events of the process, its PostgreSQL backends and the broker in phases 2 and 4
+//!    ([`crate::cpu`]).
+//! 6. `end to end`: producers, a relay process and a consumer process together on a fresh
+//!    database, from the first commit to the last effect (`end_to_end`).
 //!
 //! This file holds the command: its plan, the topology, the fills and the figures. The rest, one
 //! concern per file: the raw consumer (`raw`), the inbox phases driven from here (`inbox`), the
 //! checks of counts and effects (`verify`), the counts the consumer process reports (`stats`), the
-//! business table and its handler (`shipments`) and the consumer process, the hidden command
-//! `consumer-process` (`process`).
+//! business table and its handler (`shipments`), the end-to-end phase (`end_to_end`) and the
+//! consumer process, the hidden command `consumer-process` (`process`).
 
+mod end_to_end;
 mod inbox;
 mod process;
 mod raw;
@@ -51,6 +56,7 @@ mod verify;
 
 use std::time::Duration;
 
+use outbox_consumer::InboxRunnerBuilder;
 use outbox_core::wire::WireMessage;
 use outbox_testkit::{TestBroker, TestDb};
 
@@ -65,11 +71,11 @@ use crate::producer::{EVENT_TYPE, event};
 use crate::relay::with_db;
 
 /// Unacknowledged deliveries the broker sends ahead: the runner's default, used by both consumers.
-const PREFETCH: u16 = 64;
+const PREFETCH: u16 = InboxRunnerBuilder::<()>::DEFAULT_PREFETCH;
 /// Transactions the runner has open at once: its default.
-const CONCURRENCY: usize = 8;
+const CONCURRENCY: usize = InboxRunnerBuilder::<()>::DEFAULT_CONCURRENCY;
 /// Deliveries per transaction at most: the runner's default.
-const BATCH: usize = 16;
+const BATCH: usize = InboxRunnerBuilder::<()>::DEFAULT_BATCH_SIZE;
 /// Connections of the consumer process's pool: one per transaction, and room for the sweeper.
 const POOL: u32 = 16;
 /// The inbox's consumer name.
@@ -139,6 +145,14 @@ async fn bench(db: &TestDb, broker: &TestBroker, plan: Plan) -> Result<(), BoxEr
     let target = Target { url: broker.url(), exchange: &exchange, queue: &queue, replay: &replay };
     describe(plan)?;
 
+    // For experiments: `OUTBOX_BENCH_CONSUMER_PHASES=end_to_end` runs phase 6 alone.
+    if std::env::var("OUTBOX_BENCH_CONSUMER_PHASES").is_ok_and(|p| p == "end_to_end") {
+        let together = end_to_end::end_to_end(target, plan).await?;
+        figure("consumer_end_to_end_events_per_s", Value::Rate(together.applied), "events/s");
+        figure("consumer_end_to_end_relay_drain_events_per_s", Value::Rate(together.relayed), "events/s");
+        return Ok(());
+    }
+
     // 1: the raw ceiling.
     let raw_rate = raw::ceiling(broker, target, plan).await?;
 
@@ -148,6 +162,9 @@ async fn bench(db: &TestDb, broker: &TestBroker, plan: Plan) -> Result<(), BoxEr
     let replayed = usize::try_from(plan.duplicates)?;
     let measured = inbox(db, target, plan, &events[..replayed]).await?;
 
+    // 6: producers, relay and consumer together.
+    let together = end_to_end::end_to_end(target, plan).await?;
+
     let inbox_rate = plan.events as f64 / measured.inbox.as_secs_f64();
     let drop_rate = plan.duplicates as f64 / measured.duplicates.as_secs_f64();
     figure("consumer_events", Value::Count(plan.events), "events");
@@ -156,6 +173,9 @@ async fn bench(db: &TestDb, broker: &TestBroker, plan: Plan) -> Result<(), BoxEr
     figure("consumer_inbox_ratio", Value::Ratio(inbox_rate / raw_rate), "x");
     figure("consumer_duplicate_drop_per_s", Value::Rate(drop_rate), "events/s");
     figure("consumer_peak_rss_mib", Value::Mebibytes(measured.peak_kib as f64 / 1024.0), "MiB");
+    figure("consumer_end_to_end_events_per_s", Value::Rate(together.applied), "events/s");
+    figure("consumer_end_to_end_relay_drain_events_per_s", Value::Rate(together.relayed), "events/s");
+    figure("consumer_end_to_end_produced_events_per_s", Value::Rate(together.produced), "events/s");
     measured.cpu.print("consumer", plan.events);
     measured.duplicates_cpu.print("consumer_duplicate", plan.duplicates);
     Ok(())

@@ -34,10 +34,11 @@ pub(crate) async fn process(args: ProcessArgs) -> Result<(), BoxError> {
     let options = args.urls.database_url.parse::<PgConnectOptions>()?.application_name(APPLICATION_NAME);
     let pool = PgPoolOptions::new().max_connections(POOL).connect_with(options).await?;
     let service = InboxLayer::new(pool.clone(), args.consumer).layer(tower::service_fn(apply_shipment));
-    // Experiments only (the figures are defined with the defaults): other batch sizes and
-    // concurrency through the environment.
+    // Experiments only (the figures are defined with the defaults): other batch sizes,
+    // concurrency and prefetch through the environment.
     let knob = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<usize>().ok());
     let (batch, concurrency) = (knob("OUTBOX_BENCH_CONSUMER_BATCH"), knob("OUTBOX_BENCH_CONSUMER_CONCURRENCY"));
+    let prefetch = knob("OUTBOX_BENCH_CONSUMER_PREFETCH").and_then(|n| u16::try_from(n).ok());
     let start = |queue: &str| {
         let mut runner = InboxRunner::builder(args.urls.amqp_url.as_str(), service.clone())
             .connection_name("outbox-bench-consumer")
@@ -47,6 +48,9 @@ pub(crate) async fn process(args: ProcessArgs) -> Result<(), BoxError> {
         }
         if let Some(n) = concurrency {
             runner = runner.concurrency(n);
+        }
+        if let Some(n) = prefetch {
+            runner = runner.prefetch(n);
         }
         runner.build().map(InboxRunner::spawn)
     };

@@ -20,7 +20,7 @@ use crate::process::Subprocess;
 
 /// Polled while a drain runs: stops at the first pending row, unlike the full counts of
 /// `admin::stats`, so that polling does not load the database being measured.
-const ANY_PENDING: &str = "SELECT EXISTS (SELECT 1 FROM outbox_events WHERE status = 'pending')";
+pub(crate) const ANY_PENDING: &str = "SELECT EXISTS (SELECT 1 FROM outbox_events WHERE status = 'pending')";
 /// Where the pending rows of a drain that was cut off stand: claimed, due or deferred, and whether
 /// their predecessor is done (ready) or not (blocked).
 const PENDING_STATE: &str = "\

@@ -26,6 +26,22 @@ const PREPARE: &str = "VACUUM ANALYZE outbox_events, outbox_entity_sequences";
 /// its own entities (so they never wait on each other's sequence counters), [`FILL_BATCH`] per
 /// transaction. Then brings the table to a comparable state. Returns how long the writing took.
 pub(super) async fn fill(db: &TestDb, total: u64, entities: u64) -> Result<Duration, BoxError> {
+    let took = enqueue_spread(db, total, entities, FILL_BATCH).await?;
+    sqlx::raw_sql(PREPARE).execute(db.pool()).await?;
+    if let Err(e) = sqlx::raw_sql("CHECKPOINT").execute(db.pool()).await {
+        comment(format_args!("CHECKPOINT skipped: {e}"));
+    }
+    Ok(took)
+}
+
+/// Writes `total` events over `entities` as [`fill`] does, `per_transaction` events per
+/// `enqueue_many` transaction, and returns how long it took.
+pub(crate) async fn enqueue_spread(
+    db: &TestDb,
+    total: u64,
+    entities: u64,
+    per_transaction: u64,
+) -> Result<Duration, BoxError> {
     let fillers = FILLERS.min(entities);
     let pool = PgPoolOptions::new()
         .max_connections(u32::try_from(fillers)?)
@@ -38,7 +54,7 @@ pub(super) async fn fill(db: &TestDb, total: u64, entities: u64) -> Result<Durat
             let outbox = Outbox::new();
             let mut conn = pool.acquire().await?;
             let mine: Vec<u64> = (filler..total).step_by(usize::try_from(fillers)?).collect();
-            for chunk in mine.chunks(usize::try_from(FILL_BATCH)?) {
+            for chunk in mine.chunks(usize::try_from(per_transaction)?) {
                 let events = chunk
                     .iter()
                     .map(|i| {
@@ -58,10 +74,5 @@ pub(super) async fn fill(db: &TestDb, total: u64, entities: u64) -> Result<Durat
     for done in outcome? {
         done?;
     }
-    let took = start.elapsed();
-    sqlx::raw_sql(PREPARE).execute(db.pool()).await?;
-    if let Err(e) = sqlx::raw_sql("CHECKPOINT").execute(db.pool()).await {
-        comment(format_args!("CHECKPOINT skipped: {e}"));
-    }
-    Ok(took)
+    Ok(start.elapsed())
 }

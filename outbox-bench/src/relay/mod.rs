@@ -60,7 +60,9 @@ use lapin::options::QueuePurgeOptions;
 use outbox_testkit::{TestBroker, TestDb};
 
 use self::ceiling::ceiling;
+pub(crate) use self::drain::ANY_PENDING;
 use self::drain::{drain_in_child, drain_in_process};
+pub(crate) use self::fill::enqueue_spread;
 use self::latency::measure_latency;
 pub(crate) use self::process::{ProcessArgs, process};
 use crate::BoxError;

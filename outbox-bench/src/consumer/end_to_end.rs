@@ -1,0 +1,89 @@
+//! Phase 6, end to end: producers, the relay and the consumer running together on one database
+//! server and one broker, from the first commit to the last effect.
+//!
+//! In a fresh database with `shipments`: a relay process with default settings publishing to the
+//! benchmark exchange, and a consumer process as in phase 2 on the benchmark queue, both started
+//! first; then the producers write the plan's events over its entities ([`enqueue_spread`], four
+//! connections, [`PER_TRANSACTION`] events per transaction, as fast as they can). The clock starts
+//! before the first commit. The relay's rate is the events over the time until no row is pending;
+//! the end-to-end rate is the events over the time until the consumer applied every one of them.
+//! Then the same checks as phase 3.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::inbox::await_handled;
+use super::shipments::CREATE_SHIPMENTS;
+use super::verify::{check_stats, verify};
+use super::{CONSUMER, Plan, Target};
+use crate::BoxError;
+use crate::figure::comment;
+use crate::process::Subprocess;
+use crate::relay::{ANY_PENDING, enqueue_spread, with_db};
+
+/// Events per producer transaction: a steady stream rather than a backlog.
+const PER_TRANSACTION: u64 = 100;
+
+/// What the end-to-end phase measured, in events per second from the first commit.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct EndToEnd {
+    /// Until the producers committed every event.
+    pub(super) produced: f64,
+    /// Until the relay published every event.
+    pub(super) relayed: f64,
+    /// Until the consumer applied every event.
+    pub(super) applied: f64,
+}
+
+/// Runs the phase in a database of its own.
+pub(super) async fn end_to_end(target: Target<'_>, plan: Plan) -> Result<EndToEnd, BoxError> {
+    with_db(async |db| {
+        sqlx::raw_sql(CREATE_SHIPMENTS).execute(db.pool()).await?;
+        let relay_args = ["relay-process", "--exchange", target.exchange];
+        let mut relay = Subprocess::spawn("the relay process", &relay_args, &db.url(), target.url).await?;
+        let consumer_args = ["consumer-process", "--queue", target.queue, "--consumer", CONSUMER];
+        let consumer = Subprocess::spawn("the consumer process", &consumer_args, &db.url(), target.url).await;
+        let mut consumer = match consumer {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = relay.stop().await;
+                return Err(e);
+            }
+        };
+        let outcome = async {
+            let start = Instant::now();
+            let producing = enqueue_spread(db, plan.events, plan.entities, PER_TRANSACTION);
+            let relaying = async {
+                loop {
+                    if !sqlx::query_scalar::<_, bool>(ANY_PENDING).fetch_one(db.pool()).await? {
+                        return Ok::<_, BoxError>(start.elapsed());
+                    }
+                    relay.check_alive()?;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            };
+            // The relay is done once the producers are and nothing is pending.
+            let produced = producing.await?;
+            let relayed = relaying.await?;
+            let (applied, stats) = await_handled(&mut consumer, plan.events, start, plan.limit).await?;
+            comment(format_args!(
+                "end to end: produced in {:.3} s, published by {:.3} s, applied by {:.3} s: {stats:?}",
+                produced.as_secs_f64(),
+                relayed.as_secs_f64(),
+                applied.as_secs_f64()
+            ));
+            check_stats(&stats, plan.events, 0)?;
+            verify(db.pool(), plan).await?;
+            let rate = |d: Duration| plan.events as f64 / d.as_secs_f64();
+            Ok::<_, BoxError>(EndToEnd { produced: rate(produced), relayed: rate(relayed), applied: rate(applied) })
+        }
+        .await;
+        let stopped = (consumer.stop().await, relay.stop().await);
+        let measured = outcome?;
+        stopped.0?;
+        stopped.1?;
+        Ok(measured)
+    })
+    .await
+}
