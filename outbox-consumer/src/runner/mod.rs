@@ -61,9 +61,9 @@ struct Shared<S> {
 /// let service = InboxLayer::new(pool, "shipping").layer(handler);
 /// let runner = InboxRunner::builder("amqp://guest:guest@127.0.0.1:5672/%2f", service)
 ///     .queue("shipping.orders")
-///     .prefetch(64)
+///     .prefetch(512)
 ///     .concurrency(8)
-///     .batch_size(16)
+///     .batch_size(32)
 ///     .build()?;
 /// let handle = runner.spawn();
 /// // ...
