@@ -8,6 +8,8 @@
 //! - [`Subscription`], [`Delivery`] and [`DeadLetters`]: what the consumer runner reads, acks,
 //!   requeues and dead-letters.
 //! - [`declare_exchange`], [`declare_queue`] and [`declare_partitions`]: the topology.
+//! - [`Nodes`]: the URLs of a cluster's nodes; the publisher and the subscription connect to the
+//!   next node that answers when their connection drops.
 //!
 //! A second broker would be one more crate beside this one, implementing the same `Publisher`.
 //!
@@ -30,6 +32,7 @@ mod classify;
 mod connection;
 mod dead_letters;
 mod error;
+mod nodes;
 mod properties;
 mod publisher;
 mod subscription;
@@ -41,8 +44,12 @@ pub use dead_letters::{DeadLetters, HEADER_DEAD_LETTER_DETAIL, HEADER_DEAD_LETTE
 pub use error::Error;
 /// The AMQP client underneath, for what this crate does not wrap (a channel of one's own).
 pub use lapin;
+pub use nodes::Nodes;
 pub use properties::{from_table, to_properties, to_table, to_wire};
 pub use publisher::{AmqpPublisher, AmqpPublisherBuilder};
 pub use subscription::{Delivery, Subscription};
-pub use topology::{Topology, declare_exchange, declare_partitions, declare_queue};
+pub use topology::{
+    QUORUM_DELIVERY_LIMIT, QueueType, Topology, declare_exchange, declare_partitions, declare_partitions_as,
+    declare_queue, declare_queue_as,
+};
 pub use url::check_url;

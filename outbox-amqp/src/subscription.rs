@@ -12,7 +12,7 @@ use lapin::{Channel, Connection, Consumer};
 use outbox_core::wire::WireMessage;
 
 use crate::acks::AckWindow;
-use crate::{DeadLetters, Error, connect};
+use crate::{DeadLetters, Error, Nodes};
 
 /// How long opening a subscription's connection may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -133,19 +133,20 @@ impl std::fmt::Debug for Subscription {
 }
 
 impl Subscription {
-    /// Connects to `url` (named `connection_name` in the management UI), sets the prefetch and
-    /// starts consuming every queue; dead letters go to `dead_letter_exchange`.
+    /// Connects to the first of `nodes` that answers (named `connection_name` in the management
+    /// UI; see [`Nodes::connect`]), sets the prefetch and starts consuming every queue; dead
+    /// letters go to `dead_letter_exchange`.
     ///
     /// # Errors
     /// An invalid URL, or the broker's failure or refusal (for example a queue that does not exist).
     pub async fn open(
-        url: &str,
+        nodes: &Nodes,
         connection_name: &str,
         prefetch: u16,
         queues: &[String],
         dead_letter_exchange: &str,
     ) -> Result<Self, Error> {
-        let connection = connect(url, connection_name, CONNECT_TIMEOUT).await?;
+        let connection = nodes.connect(connection_name, CONNECT_TIMEOUT).await?;
         let channel = connection.create_channel().await?;
         channel.basic_qos(prefetch, BasicQosOptions::default()).await?;
         let dead_letters = DeadLetters::open(&connection, dead_letter_exchange).await?;

@@ -130,9 +130,11 @@ pub(crate) enum ExchangeKindArg {
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct RelayArgs {
-    /// RabbitMQ URL (`amqp://user:password@host:port/vhost` or `amqps://`).
-    #[arg(long, env = "AMQP_URL", hide_env_values = true)]
-    pub(crate) amqp_url: String,
+    /// RabbitMQ URL (`amqp://user:password@host:port/vhost` or `amqps://`). For a cluster, give
+    /// each node: the flag repeated, or the URLs separated by commas (in `AMQP_URL` too); when the
+    /// connection drops, the relay connects to the next node that answers.
+    #[arg(long, env = "AMQP_URL", hide_env_values = true, value_delimiter = ',', required = true)]
+    pub(crate) amqp_url: Vec<String>,
     /// Exchange to publish to.
     #[arg(long, default_value = defaults::EXCHANGE)]
     pub(crate) exchange: String,

@@ -8,12 +8,15 @@ use crate::error::CliError;
 use crate::retry::{Failure, Patience, until_ready};
 use crate::signal::Shutdown;
 
-/// The publisher for `url`, refused at once if the URL is malformed (the error never quotes it).
+/// The publisher for the broker's nodes `urls` (blank ones ignored), refused at once if a URL is
+/// malformed (the error never quotes it).
 ///
 /// # Errors
 /// [`CliError::Broker`] holding `InvalidUrl`.
-pub(crate) fn publisher(url: &str) -> Result<AmqpPublisher, CliError> {
-    Ok(AmqpPublisher::builder(url).try_build()?)
+pub(crate) fn publisher(urls: &[String]) -> Result<AmqpPublisher, CliError> {
+    let mut urls = urls.iter().map(|u| u.trim()).filter(|u| !u.is_empty());
+    let first = urls.next().unwrap_or_default();
+    Ok(AmqpPublisher::builder(first).nodes(urls).try_build()?)
 }
 
 /// Connects `publisher`, retrying until the broker answers: `Ok(true)`; `Ok(false)` if a signal

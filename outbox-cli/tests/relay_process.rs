@@ -218,3 +218,54 @@ async fn three_relay_processes_drain_20000_events_over_500_entities() {
     broker.close().await.expect("cleanup");
     db.close().await.expect("cleanup");
 }
+
+/// A relay given the nodes of a cluster, the first of which is down (comma-separated in
+/// `AMQP_URL`, or the flag repeated): it publishes every event, in per-entity order, through the
+/// node that answers.
+#[tokio::test]
+async fn a_relay_given_a_node_that_is_down_publishes_through_the_next() {
+    let (db, broker, exchange, recorder) = setup().await;
+    let ids = fill(db.pool(), 20, 50).await;
+    let down = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        format!("amqp://guest:guest@{}/%2f", listener.local_addr().expect("addr"))
+    };
+    for (env, flags) in [
+        (format!("{down},{}", outbox_testkit::amqp_url()), vec![]),
+        (
+            String::new(),
+            vec!["--amqp-url".to_owned(), down.clone(), "--amqp-url".to_owned(), outbox_testkit::amqp_url()],
+        ),
+    ] {
+        let mut relay = Command::new(env!("CARGO_BIN_EXE_outbox"))
+            .arg("relay")
+            .args(["--exchange", &exchange, "--no-declare-exchange"])
+            .args(&flags)
+            .env("DATABASE_URL", db.url())
+            .env("AMQP_URL", &env)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn outbox relay");
+        fill(db.pool(), 20, 10).await;
+        let all: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_events").fetch_one(db.pool()).await.expect("n");
+        wait_for("every event published", Duration::from_secs(60), || async {
+            (published(db.pool()).await == all).then_some(())
+        })
+        .await
+        .expect("published through the second node");
+        signal(&relay, "-TERM");
+        assert!(wait_exit(&mut relay, Duration::from_secs(30)).await.success());
+    }
+    let all = sqlx::query_scalar::<_, i64>("SELECT count(*) FROM outbox_events").fetch_one(db.pool()).await.expect("n");
+    wait_for("every event recorded", Duration::from_secs(60), || async {
+        (recorder.count() as i64 >= all).then_some(())
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{} of {all} events reached the queue", recorder.count()));
+    recorder.in_entity_order().expect("per-entity order");
+    assert!(recorder.all_delivered(ids.iter().copied()).is_ok());
+    broker.close().await.expect("cleanup");
+    db.close().await.expect("cleanup");
+}

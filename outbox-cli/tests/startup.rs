@@ -86,6 +86,11 @@ async fn malformed_amqp_urls_fail_at_once_without_the_password() {
         assert_eq!(lines.len(), 1, "{lines:?}");
         assert!(!lines[0].contains("s3cr3t-pw"), "{}", lines[0]);
     }
+    // A cluster's nodes, the second malformed: named by its place in the list.
+    let nodes = "amqp://guest:guest@127.0.0.1:5672/%2f,http://guest:s3cr3t-pw@127.0.0.1:5673/";
+    let (status, lines, _) = run(relay(&database_url, nodes), AT_ONCE).await;
+    assert_failed_with(status, &lines, "invalid AMQP URL");
+    assert!(lines[0].contains("node 2") && !lines[0].contains("s3cr3t-pw"), "{}", lines[0]);
 }
 
 #[tokio::test]

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use lapin::ExchangeKind;
-use outbox_consumer::{HandlerError, InboxLayer, InboxRequest, InboxRunner, Topology};
+use outbox_consumer::{HandlerError, InboxLayer, InboxRequest, InboxRunner, QueueType, Topology};
 use outbox_core::{NewEvent, RetryPolicy};
 use outbox_producer::Outbox;
 use outbox_relay::{AmqpPublisher, Partitioned, Relay};
@@ -52,11 +52,12 @@ async fn count(pool: &PgPool, sql: &'static str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.expect("count")
 }
 
-async fn partitions(broker: &TestBroker, exchange: &str) -> Topology {
+async fn partitions(broker: &TestBroker, exchange: &str, kind: QueueType) -> Topology {
     let base = broker.name("shipping");
-    let topology = outbox_consumer::declare_partitions(broker.channel(), exchange, &base, "partition.", PARTITIONS)
-        .await
-        .expect("partitions");
+    let topology =
+        outbox_consumer::declare_partitions_as(broker.channel(), kind, exchange, &base, "partition.", PARTITIONS)
+            .await
+            .expect("partitions");
     for q in topology.queues.iter().chain([&topology.dead_letter_queue]) {
         broker.remember_queue(q);
     }
@@ -93,7 +94,7 @@ async fn end_to_end_10000_events_producer_table_equals_consumer_table() {
     sqlx::query("INSERT INTO orders SELECT g, 0 FROM generate_series(1, 500) g").execute(pool).await.expect("seed");
     let broker = TestBroker::new().await.expect("broker");
     let exchange = broker.declare_exchange("events", ExchangeKind::Topic).await.expect("exchange");
-    let topology = partitions(&broker, &exchange).await;
+    let topology = partitions(&broker, &exchange, QueueType::Classic).await;
 
     let relay = Relay::builder(
         pool.connect_options().as_ref().clone(),
@@ -160,6 +161,69 @@ async fn end_to_end_10000_events_producer_table_equals_consumer_table() {
     }
     assert_eq!(count(pool, "SELECT count(*) FROM applied").await, 10_000);
     assert_eq!(count(pool, "SELECT coalesce(sum(version), 0)::bigint FROM orders").await, 10_000);
+    broker.close().await.expect("cleanup");
+    db.close().await.expect("cleanup");
+}
+
+/// Quorum partition queues (what a cluster needs): the queues are quorum queues (declaring one
+/// again without `x-queue-type` is refused), and a relay and two runners over them apply every event
+/// once, in per-entity order, with single active consumers as on classic queues.
+#[tokio::test]
+async fn quorum_partitions_apply_every_event_once_in_order() {
+    let db = TestDb::new().await.expect("db");
+    let pool = db.pool();
+    applied_table(pool).await;
+    let broker = TestBroker::new().await.expect("broker");
+    let exchange = broker.declare_exchange("events", ExchangeKind::Topic).await.expect("exchange");
+    let topology = partitions(&broker, &exchange, QueueType::Quorum).await;
+    let other = lapin::Connection::connect(&outbox_testkit::amqp_url(), lapin::ConnectionProperties::default())
+        .await
+        .expect("connection");
+    let channel = other.create_channel().await.expect("channel");
+    let classic = lapin::options::QueueDeclareOptions { durable: true, ..Default::default() };
+    let again = channel.queue_declare(topology.queues[0].as_str().into(), classic, Default::default()).await;
+    let refused = again.expect_err("a quorum queue declared again as classic").to_string();
+    assert!(refused.contains("PRECONDITION_FAILED") || refused.contains("inequivalent"), "{refused}");
+    other.close(200, "done".into()).await.expect("close");
+
+    let outbox = Outbox::new();
+    for round in 0..20 {
+        let events: Vec<NewEvent> = (0..100)
+            .map(|e| {
+                NewEvent::json("order.changed", &serde_json::json!({ "version": round + 1 }))
+                    .expect("json")
+                    .entity(format!("order-{e}"))
+            })
+            .collect();
+        let mut tx = pool.begin().await.expect("begin");
+        outbox.enqueue_many(&mut *tx, events).await.expect("enqueue");
+        tx.commit().await.expect("commit");
+    }
+    let relay = Relay::builder(
+        pool.connect_options().as_ref().clone(),
+        AmqpPublisher::builder(outbox_testkit::amqp_url()).build(),
+    )
+    .exchange(&exchange)
+    .declare_exchange(false)
+    .routing(Partitioned::new(PARTITIONS))
+    .build()
+    .expect("relay")
+    .spawn();
+    let consumers: Vec<_> = (0..2).map(|_| runner(pool, &topology)).collect();
+    wait_for("every event applied", Duration::from_secs(120), || async {
+        (count(pool, "SELECT count(*) FROM applied").await >= 2_000).then_some(())
+    })
+    .await
+    .expect("all applied");
+    relay.shutdown().await.expect("relay shutdown");
+    for c in consumers {
+        c.shutdown().await.expect("consumer shutdown");
+    }
+    let applied = applied_per_entity(pool).await;
+    assert_eq!(applied.len(), 100);
+    for (entity, seqs) in applied {
+        assert_eq!(seqs, (1..=20).collect::<Vec<i64>>(), "{entity} applied out of order or twice");
+    }
     broker.close().await.expect("cleanup");
     db.close().await.expect("cleanup");
 }

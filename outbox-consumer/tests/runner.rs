@@ -392,6 +392,45 @@ async fn reconnects_after_the_broker_drops_the_connection() {
     env.close().await;
 }
 
+/// A runner given two nodes of one broker (two proxies in front of the shared broker) loses its
+/// node (every connection through it cut, new ones refused): it consumes through the other node at
+/// once, the deliveries it had in hand come back, and every event is applied once, in order.
+#[tokio::test]
+async fn a_runner_given_two_nodes_goes_on_through_the_other_when_its_node_goes() {
+    let env = Env::new().await;
+    let upstream = "127.0.0.1:5672".parse().expect("addr");
+    let first = outbox_testkit::ChaosProxy::start(upstream).await.expect("proxy");
+    let second = outbox_testkit::ChaosProxy::start(upstream).await.expect("proxy");
+    let url = |proxy: &outbox_testkit::ChaosProxy| format!("amqp://guest:guest@{}/%2f", proxy.addr());
+    let runner = InboxRunner::builder(url(&first), service(env.pool()))
+        .node(url(&second))
+        .topology(env.h.topology())
+        .sweep_interval(Duration::from_millis(500));
+    let handle = runner.build().expect("runner").spawn();
+    env.publish(&(1..=50).map(|seq| event("n", seq)).collect::<Vec<_>>()).await;
+    wait_for("first events applied", Duration::from_secs(30), || async {
+        (effects(env.pool(), "n").await.len() == 50).then_some(())
+    })
+    .await
+    .expect("applied");
+    assert_eq!(second.connections(), 0, "the first node is tried first");
+
+    first.refuse();
+    first.cut();
+    let lost = std::time::Instant::now();
+    env.publish(&(51..=100).map(|seq| event("n", seq)).collect::<Vec<_>>()).await;
+    wait_for("events after the node's loss applied", Duration::from_secs(30), || async {
+        (effects(env.pool(), "n").await.len() == 100).then_some(())
+    })
+    .await
+    .expect("went on through the second node");
+    println!("node loss: the runner applied 50 more events {} ms after its node went", lost.elapsed().as_millis());
+    assert!(second.connections() >= 1, "the runner connected through the second node");
+    handle.shutdown().await.expect("shutdown");
+    assert_eq!(effects(env.pool(), "n").await, (1..=100).collect::<Vec<i64>>());
+    env.close().await;
+}
+
 /// Graceful shutdown while a delivery is being handled: it is finished, committed and acked (not
 /// redelivered), then the runner stops.
 #[tokio::test]

@@ -41,7 +41,7 @@ mod store;
 
 pub use error::{Error, Result};
 /// The RabbitMQ publisher the relay is usually built with (from `outbox-amqp`).
-pub use outbox_amqp::{AmqpPublisher, AmqpPublisherBuilder};
+pub use outbox_amqp::{AmqpPublisher, AmqpPublisherBuilder, Nodes};
 #[cfg(feature = "fail-points")]
 pub use relay::CrashPoint;
 pub use relay::{BatchReport, Health, Relay, RelayBuilder, RelayHandle};

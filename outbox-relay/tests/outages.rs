@@ -165,6 +165,43 @@ async fn a_broker_outage_charges_no_event_and_delivery_resumes_at_once() {
     h.close().await.expect("cleanup");
 }
 
+/// A relay given two nodes of one broker (here two proxies in front of the shared broker) loses its
+/// node in the middle of a drain (every connection through it cut, new ones refused): it goes on
+/// through the other node at once, nothing is charged to the events, every event arrives in
+/// per-entity order, and only confirms lost with the node are published again.
+#[tokio::test]
+async fn a_relay_given_two_nodes_goes_on_through_the_other_when_its_node_goes() {
+    let h = support::env().await;
+    let (recorder, ids) = (h.recorder(), fill(h.pool()).await);
+    let upstream = "127.0.0.1:5672".parse().expect("addr");
+    let (first, second) =
+        (ChaosProxy::start(upstream).await.expect("proxy"), ChaosProxy::start(upstream).await.expect("proxy"));
+    let url = |proxy: &ChaosProxy| format!("amqp://guest:guest@{}/%2f", proxy.addr());
+    let publisher = AmqpPublisher::builder(url(&first)).node(url(&second)).try_build().expect("publisher");
+    let relay = relay(&h, h.db().connect_options().clone(), publisher).build().expect("relay").spawn();
+    under_way(recorder).await;
+    assert_eq!(second.connections(), 0, "the first node is tried first");
+
+    first.refuse();
+    first.cut();
+    let at_loss = recorder.count();
+    let resumed = time_to_deliver(recorder, at_loss, 1_000).await;
+    println!("node loss: 1,000 more events delivered {} ms after the node went", resumed.as_millis());
+    assert!(second.connections() >= 1, "the relay connected through the second node");
+    assert!(resumed < Duration::from_secs(10), "delivery resumed {resumed:?} after the node went");
+
+    assert_all_delivered_in_order(recorder, &ids).await;
+    all_marked(h.pool(), ids.len()).await;
+    let duplicates: usize = recorder.duplicates().values().map(|n| n - 1).sum();
+    println!("node loss: {duplicates} events published twice (confirms lost with the node)");
+    assert!(duplicates <= 400, "{duplicates} republished: more than the confirm window");
+    let charged =
+        count(h.pool(), "SELECT count(*) FROM outbox_events WHERE attempts > 1 OR last_error IS NOT NULL").await;
+    assert_eq!(charged, 0, "the node's loss was charged to {charged} events");
+    relay.shutdown().await.expect("shutdown");
+    h.close().await.expect("cleanup");
+}
+
 /// A broker that answers but closes the channel over the messages (here: the exchange does not
 /// exist, 404) is not an outage: the failures are charged to the events, which back off and are
 /// quarantined when the policy says so, instead of pausing and resuming the relay forever.

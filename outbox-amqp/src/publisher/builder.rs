@@ -4,12 +4,12 @@ use std::time::Duration;
 use tokio::sync::Mutex;
 
 use super::{AmqpPublisher, Inner, State};
-use crate::{Error, check_url};
+use crate::{Error, Nodes};
 
 /// Builder of an [`AmqpPublisher`]. Its defaults are the `DEFAULT_*` constants of this type.
 #[derive(Debug, Clone)]
 pub struct AmqpPublisherBuilder {
-    pub(super) url: String,
+    pub(super) nodes: Nodes,
     pub(super) connection_name: String,
     pub(super) connect_timeout: Duration,
     pub(super) max_message_bytes: usize,
@@ -25,11 +25,28 @@ impl AmqpPublisherBuilder {
 
     pub(super) fn new(url: String) -> Self {
         Self {
-            url,
+            nodes: Nodes::one(url),
             connection_name: Self::DEFAULT_CONNECTION_NAME.to_owned(),
             connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
             max_message_bytes: Self::DEFAULT_MAX_MESSAGE_BYTES,
         }
+    }
+
+    /// Adds another node of the same broker (a cluster's node, or another address of it). Every
+    /// connection attempt tries the nodes in turn, starting after the node last connected to.
+    #[must_use]
+    pub fn node(mut self, url: impl Into<String>) -> Self {
+        self.nodes.push(url);
+        self
+    }
+
+    /// Adds every node of `nodes` (see [`AmqpPublisherBuilder::node`]).
+    #[must_use]
+    pub fn nodes(mut self, nodes: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        for url in nodes {
+            self.nodes.push(url);
+        }
+        self
     }
 
     /// Sets the connection name shown in RabbitMQ's management UI. Defaults to `outbox-relay`.
@@ -59,9 +76,10 @@ impl AmqpPublisherBuilder {
     /// [`Publisher::connect`](outbox_core::Publisher::connect)).
     ///
     /// # Errors
-    /// [`Error::InvalidUrl`] with a reason that does not quote the URL.
+    /// [`Error::InvalidUrl`] with a reason that does not quote the URL (and names the node's
+    /// place when there are several).
     pub fn try_build(self) -> Result<AmqpPublisher, Error> {
-        check_url(&self.url)?;
+        self.nodes.check()?;
         Ok(self.build())
     }
 
@@ -70,7 +88,7 @@ impl AmqpPublisherBuilder {
     pub fn build(self) -> AmqpPublisher {
         AmqpPublisher {
             inner: Arc::new(Inner {
-                url: self.url,
+                nodes: self.nodes,
                 connection_name: self.connection_name,
                 connect_timeout: self.connect_timeout,
                 max_message_bytes: self.max_message_bytes,

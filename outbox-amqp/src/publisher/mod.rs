@@ -18,7 +18,7 @@ pub use builder::AmqpPublisherBuilder;
 use confirm::{blame, confirm, failed_all, ready};
 
 use crate::classify::{classify, connection_lost};
-use crate::{Error, connect, topology};
+use crate::{Error, Nodes, topology};
 
 /// Publishes to RabbitMQ with lapin: persistent messages, publisher confirms with the whole batch
 /// in flight, and `mandatory` set, so an unroutable message comes back as a failure
@@ -29,7 +29,12 @@ use crate::{Error, connect, topology};
 /// fail at once as [`FailureKind::Unavailable`], which the relay charges to no event: it pauses
 /// until [`Publisher::connect`] succeeds. A confirm lost with the connection (dropped, reset, the
 /// broker stopping) is `Unavailable` too.
-/// The URL may hold credentials: it is never logged or shown in errors.
+///
+/// With several nodes ([`AmqpPublisherBuilder::node`]), each connection attempt tries every node
+/// in turn, starting after the node last connected to, so a connection lost with its node is
+/// re-opened on another at once. Messages whose confirm was lost are published again by the relay
+/// with the same event ids.
+/// URLs may hold credentials: they are never logged or shown in errors.
 ///
 /// ```no_run
 /// use outbox_amqp::AmqpPublisher;
@@ -45,7 +50,7 @@ pub struct AmqpPublisher {
 }
 
 struct Inner {
-    url: String,
+    nodes: Nodes,
     connection_name: String,
     connect_timeout: Duration,
     max_message_bytes: usize,
@@ -141,7 +146,7 @@ impl AmqpPublisher {
                 let _ = old.close(200, "reconnecting".into()).await;
             }
             let inner = &self.inner;
-            let conn = connect(&inner.url, &inner.connection_name, inner.connect_timeout).await.map_err(failure_of)?;
+            let conn = inner.nodes.connect(&inner.connection_name, inner.connect_timeout).await.map_err(failure_of)?;
             state.connection = Some(conn);
         }
         let conn =

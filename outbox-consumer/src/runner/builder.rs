@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use outbox_amqp::Nodes;
 use outbox_core::RetryPolicy;
 
 use super::{InboxRunner, Shared};
@@ -22,7 +23,7 @@ pub enum CrashPoint {
 /// Settings of an [`InboxRunner`]; every one has a documented default in [`InboxRunnerBuilder`].
 #[derive(Debug, Clone)]
 pub(super) struct Settings {
-    pub(super) url: String,
+    pub(super) nodes: Nodes,
     pub(super) connection_name: String,
     pub(super) queues: Vec<String>,
     pub(super) dead_letter_exchange: String,
@@ -83,7 +84,7 @@ impl<S> InboxRunnerBuilder<S> {
 
     pub(super) fn new(url: String, service: InboxService<S>) -> Self {
         let settings = Settings {
-            url,
+            nodes: Nodes::one(url),
             connection_name: Self::DEFAULT_CONNECTION_NAME.to_owned(),
             queues: Vec::new(),
             dead_letter_exchange: String::new(),
@@ -101,6 +102,25 @@ impl<S> InboxRunnerBuilder<S> {
             crash_at: None,
         };
         Self { service, settings }
+    }
+
+    /// Adds another node of the same broker (a cluster's node, or another address of it). When
+    /// the connection drops, the runner connects to the next node that answers, starting after
+    /// the node it was connected to; the deliveries in hand come back from the queue and the inbox
+    /// drops what was applied.
+    #[must_use]
+    pub fn node(mut self, url: impl Into<String>) -> Self {
+        self.settings.nodes.push(url);
+        self
+    }
+
+    /// Adds every node of `nodes` (see [`InboxRunnerBuilder::node`]).
+    #[must_use]
+    pub fn nodes(mut self, nodes: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        for url in nodes {
+            self.settings.nodes.push(url);
+        }
+        self
     }
 
     /// Sets the connection name shown in RabbitMQ's management UI. Defaults to `outbox-inbox`.
@@ -235,9 +255,11 @@ impl<S> InboxRunnerBuilder<S> {
     /// Builds the runner.
     ///
     /// # Errors
-    /// [`Error::Config`] if no queue was given.
+    /// [`Error::Config`] if no queue was given; [`Error::Broker`] holding
+    /// [`InvalidUrl`](outbox_amqp::Error::InvalidUrl) for a malformed URL (never quoted).
     pub fn build(self) -> Result<InboxRunner<S>> {
         let mut settings = self.settings;
+        settings.nodes.check()?;
         let first = settings.queues.first().ok_or(Error::Config("no queue to consume"))?;
         if settings.dead_letter_exchange.is_empty() {
             settings.dead_letter_exchange = format!("{first}.dlx");

@@ -26,7 +26,7 @@ where
     /// One connection's life. `Ok(true)`: shut down gracefully; `Ok(false)`/`Err`: reconnect.
     pub(super) async fn session(self: &Arc<Self>, shutdown: &mut (impl Future<Output = ()> + Unpin)) -> Result<bool> {
         let mut subscription = Subscription::open(
-            &self.settings.url,
+            &self.settings.nodes,
             &self.settings.connection_name,
             self.settings.prefetch,
             &self.settings.queues,
