@@ -26,6 +26,9 @@ pub enum Error {
     /// A local command or file failed.
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
+    /// A node of a test cluster did not start, join, stop or start again (RabbitMQ's words).
+    #[error("test cluster: {0}")]
+    Cluster(String),
     /// The broker did not confirm a published message.
     #[error("the broker did not confirm event {0}")]
     NotConfirmed(outbox_core::EventId),

@@ -40,6 +40,7 @@
 //! `postgres://postgres@127.0.0.1:5432/test` and `amqp://guest:guest@127.0.0.1:5672/%2f`.
 
 mod broker;
+mod cluster;
 mod db;
 mod error;
 mod faulty;
@@ -49,6 +50,7 @@ mod reconcile;
 mod recorder;
 
 pub use broker::{TestBroker, amqp_url, close_connections_named};
+pub use cluster::{ClusterNode, TestCluster};
 pub use db::TestDb;
 pub use error::{Error, Result};
 pub use faulty::{Fault, FaultyPublisher};
