@@ -65,6 +65,17 @@ async fn partitions(broker: &TestBroker, exchange: &str, kind: QueueType) -> Top
     topology
 }
 
+/// A relay publishing over the partitions' routing keys.
+fn relay(pool: &PgPool, exchange: &str) -> outbox_relay::RelayHandle {
+    Relay::builder(pool.connect_options().as_ref().clone(), AmqpPublisher::builder(outbox_testkit::amqp_url()).build())
+        .exchange(exchange)
+        .declare_exchange(false)
+        .routing(Partitioned::new(PARTITIONS))
+        .build()
+        .expect("relay")
+        .spawn()
+}
+
 fn runner(pool: &PgPool, topology: &Topology) -> outbox_consumer::RunnerHandle {
     let service = InboxLayer::new(pool.clone(), "shipping").layer(tower::service_fn(apply));
     InboxRunner::builder(outbox_testkit::amqp_url(), service)
@@ -96,16 +107,7 @@ async fn end_to_end_10000_events_producer_table_equals_consumer_table() {
     let exchange = broker.declare_exchange("events", ExchangeKind::Topic).await.expect("exchange");
     let topology = partitions(&broker, &exchange, QueueType::Classic).await;
 
-    let relay = Relay::builder(
-        pool.connect_options().as_ref().clone(),
-        AmqpPublisher::builder(outbox_testkit::amqp_url()).build(),
-    )
-    .exchange(&exchange)
-    .declare_exchange(false)
-    .routing(Partitioned::new(PARTITIONS))
-    .build()
-    .expect("relay")
-    .spawn();
+    let relay = relay(pool, &exchange);
     let consumers: Vec<_> = (0..2).map(|_| runner(pool, &topology)).collect();
 
     // 8 writers, each 1,250 transactions: bump a random order's version and enqueue its event.
@@ -199,16 +201,7 @@ async fn quorum_partitions_apply_every_event_once_in_order() {
         outbox.enqueue_many(&mut *tx, events).await.expect("enqueue");
         tx.commit().await.expect("commit");
     }
-    let relay = Relay::builder(
-        pool.connect_options().as_ref().clone(),
-        AmqpPublisher::builder(outbox_testkit::amqp_url()).build(),
-    )
-    .exchange(&exchange)
-    .declare_exchange(false)
-    .routing(Partitioned::new(PARTITIONS))
-    .build()
-    .expect("relay")
-    .spawn();
+    let relay = relay(pool, &exchange);
     let consumers: Vec<_> = (0..2).map(|_| runner(pool, &topology)).collect();
     wait_for("every event applied", Duration::from_secs(120), || async {
         (count(pool, "SELECT count(*) FROM applied").await >= 2_000).then_some(())

@@ -215,6 +215,21 @@ impl TestCluster {
         self.ctl(&self.nodes[i], &["start_app"]).map(drop)
     }
 
+    /// How many client connections named `name` (the `connection_name` client property) are open
+    /// on node `i` (0-based).
+    ///
+    /// # Errors
+    /// RabbitMQ's refusal.
+    pub fn clients_on(&self, i: usize, name: &str) -> Result<usize> {
+        let node = &self.nodes[i];
+        // Every node lists the whole cluster's connections; a connection's process id names its
+        // node: `<outbox-…-1@localhost.1733.123.0>`.
+        let listing = self.ctl(node, &["list_connections", "pid", "client_properties", "-q"])?;
+        let pid_prefix = format!("<{}.", node.name);
+        let on_node = |line: &&str| line.starts_with(&pid_prefix);
+        Ok(listing.lines().filter(on_node).filter(|line| line.contains(name)).count())
+    }
+
     /// Stops every node and removes the folders. A node that does not answer (still booting when
     /// a start failed) is killed by its unique name.
     fn teardown(&mut self) {

@@ -30,6 +30,8 @@
 //! 4. `backlog`: the drain rate of a large backlog against a small one over the same 1,000 entities,
 //!    each in a fresh database, relay in-process with defaults. The small backlog is drained before
 //!    and after the large one (each in its own database) and its rate is the mean of both.
+//! 5. `quorum`: phases 1 and 2 again with a quorum queue (on the shared node) in place of the
+//!    classic one, the ceiling measured on the quorum queue too: what a cluster's queue type costs.
 //!
 //! Before every drain the table is brought to a comparable state, the one a backlog that built up
 //! while the relay was down has where autovacuum runs: `VACUUM ANALYZE`, then `CHECKPOINT`. Every
@@ -151,7 +153,7 @@ impl Target<'_> {
 }
 
 /// Whether a phase runs: all by default; `OUTBOX_BENCH_RELAY_PHASES` (a comma-separated subset of
-/// `drain`, `latency`, `backlog`) narrows an experiment down.
+/// `drain`, `latency`, `backlog`, `quorum`) narrows an experiment down.
 fn phase(name: &str) -> bool {
     std::env::var("OUTBOX_BENCH_RELAY_PHASES").map_or(true, |phases| phases.split(',').any(|p| p.trim() == name))
 }
@@ -191,6 +193,9 @@ async fn bench(broker: &TestBroker, plan: Plan) -> Result<(), BoxError> {
     if phase("backlog") {
         backlog_phase(target, plan).await?;
     }
+    if phase("quorum") {
+        quorum_phase(broker, plan).await?;
+    }
     if asked_for("gauges") {
         gauges_phase(target, plan).await?;
     }
@@ -205,11 +210,22 @@ async fn bench(broker: &TestBroker, plan: Plan) -> Result<(), BoxError> {
     Ok(())
 }
 
-async fn drain_phase(target: Target<'_>, plan: Plan) -> Result<(), BoxError> {
-    // 1 and 2: drains alternating with ceiling rounds (ceiling, drain, ceiling, drain, ...); each
-    // drain is set against the mean of the ceilings on either side of it, and the round with the
-    // median ratio gives the figures. The capacity of a shared host drifts within a minute, so one
-    // drain against one pair of ceilings varies from run to run.
+/// The median round of [`drain_rounds`].
+#[derive(Debug, Clone, Copy)]
+struct Rounds {
+    ratio: f64,
+    ceiling: f64,
+    rate: f64,
+    cpu: crate::cpu::Spent,
+    /// The highest of every round.
+    peak_rss_mib: f64,
+}
+
+/// Drains alternating with ceiling rounds (ceiling, drain, ceiling, drain, ...); each drain is set
+/// against the mean of the ceilings on either side of it, and the round with the median ratio gives
+/// the figures. The capacity of a shared host drifts within a minute, so one drain against one pair
+/// of ceilings varies from run to run.
+async fn drain_rounds(target: Target<'_>, plan: Plan, label: &str) -> Result<Rounds, BoxError> {
     let mut rounds = Vec::new();
     let mut before = ceiling(target, plan.ceiling_messages).await?;
     let mut peak_rss_mib: f64 = 0.0;
@@ -219,21 +235,43 @@ async fn drain_phase(target: Target<'_>, plan: Plan) -> Result<(), BoxError> {
         let ceiling = (before + after) / 2.0;
         let ratio = drain.rate / ceiling;
         comment(format_args!(
-            "drain round {round}: ceiling {ceiling:.1} msgs/s, drain {:.1} events/s, ratio {ratio:.3}",
+            "{label} round {round}: ceiling {ceiling:.1} msgs/s, drain {:.1} events/s, ratio {ratio:.3}",
             drain.rate
         ));
         peak_rss_mib = peak_rss_mib.max(drain.peak_rss_mib);
-        rounds.push((ratio, ceiling, drain.rate, drain.cpu));
+        rounds.push(Rounds { ratio, ceiling, rate: drain.rate, cpu: drain.cpu, peak_rss_mib: 0.0 });
         before = after;
     }
-    rounds.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let (ratio, ceiling, rate, cpu) = rounds[rounds.len() / 2];
-    figure("broker_ceiling_msgs_per_s", Value::Rate(ceiling), "msgs/s");
+    rounds.sort_by(|a, b| a.ratio.total_cmp(&b.ratio));
+    Ok(Rounds { peak_rss_mib, ..rounds[rounds.len() / 2] })
+}
+
+async fn drain_phase(target: Target<'_>, plan: Plan) -> Result<(), BoxError> {
+    // 1 and 2.
+    let rounds = drain_rounds(target, plan, "drain").await?;
+    figure("broker_ceiling_msgs_per_s", Value::Rate(rounds.ceiling), "msgs/s");
     figure("relay_drain_backlog_events", Value::Count(plan.drain.events), "events");
-    figure("relay_drain_events_per_s", Value::Rate(rate), "events/s");
-    figure("relay_drain_ratio", Value::Ratio(ratio), "x");
-    figure("relay_peak_rss_mib", Value::Mebibytes(peak_rss_mib), "MiB");
-    cpu.print("relay", plan.drain.events);
+    figure("relay_drain_events_per_s", Value::Rate(rounds.rate), "events/s");
+    figure("relay_drain_ratio", Value::Ratio(rounds.ratio), "x");
+    figure("relay_peak_rss_mib", Value::Mebibytes(rounds.peak_rss_mib), "MiB");
+    rounds.cpu.print("relay", plan.drain.events);
+    Ok(())
+}
+
+/// 5: phases 1 and 2 again with a quorum queue in place of the classic one (a quorum queue of one
+/// node: the shared server), its ceiling measured on the same queue.
+async fn quorum_phase(broker: &TestBroker, plan: Plan) -> Result<(), BoxError> {
+    let exchange = broker.declare_exchange("bench.relay.quorum", lapin::ExchangeKind::Topic).await?;
+    let mut quorum = lapin::types::FieldTable::default();
+    quorum.insert("x-queue-type".into(), lapin::types::AMQPValue::LongString("quorum".into()));
+    let queue = broker.declare_queue_with("bench.relay.quorum", quorum).await?;
+    broker.bind(&queue, &exchange, "#").await?;
+    let target = Target { url: broker.url(), exchange: &exchange, queue: &queue, admin: broker.channel() };
+    let rounds = drain_rounds(target, plan, "quorum drain").await?;
+    figure("broker_ceiling_quorum_msgs_per_s", Value::Rate(rounds.ceiling), "msgs/s");
+    figure("relay_drain_quorum_events_per_s", Value::Rate(rounds.rate), "events/s");
+    figure("relay_drain_ratio_quorum", Value::Ratio(rounds.ratio), "x");
+    rounds.cpu.print("relay_quorum", plan.drain.events);
     Ok(())
 }
 
