@@ -18,7 +18,8 @@
 -- relay     outbox_events: SELECT, UPDATE (claims and outcomes), DELETE (retention);
 --           outbox_entity_sequences: SELECT (the gauges' largest gap);
 --           outbox_relay_listeners: SELECT, INSERT, UPDATE, DELETE (it registers while it waits
---           for a notification); _outbox_migrations: SELECT (its start-up check).
+--           for a notification); outbox_idempotency_keys: SELECT, UPDATE, DELETE (retention of
+--           expired keys); _outbox_migrations: SELECT (its start-up check).
 --           LISTEN needs no privilege. VACUUM needs the table's ownership (PostgreSQL 17 and later:
 --           the MAINTAIN privilege, granted below on those versions). On older servers run the relay
 --           with `--vacuum-after-rows 0` and let autovacuum keep the table lean (docs/security.md).
@@ -27,7 +28,8 @@
 --           `GRANT SELECT, INSERT, UPDATE ON shipments TO outbox_consumer`.
 -- producer  outbox_events: INSERT; outbox_entity_sequences: SELECT, INSERT, UPDATE (the counter
 --           upsert reads the number it takes); outbox_relay_listeners: SELECT (the commit trigger
---           looks for a waiting relay). Grant these to the application's own role, or grant the
+--           looks for a waiting relay); outbox_idempotency_keys: SELECT, INSERT, UPDATE (keyed
+--           enqueue takes a key, or an expired one over). Grant these to the application's own role, or grant the
 --           producer role to it: `GRANT outbox_producer TO orders_app`.
 --
 -- The operator commands (`outbox status`, `events`, `quarantine`, `inbox`, `migrate`) run as the
@@ -79,7 +81,7 @@ DECLARE
     roles text[] := ARRAY[current_setting('outbox.relay_role'), current_setting('outbox.consumer_role'),
                           current_setting('outbox.producer_role')];
     tables text[] := ARRAY['outbox_events', 'outbox_entity_sequences', 'outbox_relay_listeners',
-                           '_outbox_migrations', 'inbox_events', 'inbox_entities'];
+                           'outbox_idempotency_keys', '_outbox_migrations', 'inbox_events', 'inbox_entities'];
     g record;
 BEGIN
     FOR g IN SELECT t.tbl, r.role FROM unnest(tables) AS t(tbl), unnest(roles) AS r(role)
@@ -90,12 +92,14 @@ BEGIN
         ('outbox_events',           roles[1], 'SELECT, UPDATE, DELETE'),
         ('outbox_entity_sequences', roles[1], 'SELECT'),
         ('outbox_relay_listeners',  roles[1], 'SELECT, INSERT, UPDATE, DELETE'),
+        ('outbox_idempotency_keys', roles[1], 'SELECT, UPDATE, DELETE'),
         ('_outbox_migrations',      roles[1], 'SELECT'),
         ('inbox_events',            roles[2], 'SELECT, INSERT, UPDATE, DELETE'),
         ('inbox_entities',          roles[2], 'SELECT, INSERT, UPDATE'),
         ('outbox_events',           roles[3], 'INSERT'),
         ('outbox_entity_sequences', roles[3], 'SELECT, INSERT, UPDATE'),
-        ('outbox_relay_listeners',  roles[3], 'SELECT')
+        ('outbox_relay_listeners',  roles[3], 'SELECT'),
+        ('outbox_idempotency_keys', roles[3], 'SELECT, INSERT, UPDATE')
     ) AS v(tbl, role, privileges) WHERE to_regclass(v.tbl) IS NOT NULL LOOP
         EXECUTE format('GRANT %s ON %I TO %I', g.privileges, g.tbl, g.role);
     END LOOP;

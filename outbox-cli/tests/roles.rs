@@ -120,6 +120,7 @@ async fn enqueue(producer: &PgPool, batch: usize) {
         NewEvent::json("order.placed", &serde_json::json!({ "batch": batch, "i": i }))
             .expect("json")
             .entity(format!("order-{batch}-{i}"))
+            .idempotency_key(format!("request-{batch}-{i}"))
     });
     let mut tx = producer.begin().await.expect("begin");
     Outbox::new().enqueue_many(&mut *tx, events).await.expect("enqueue as the producer role");
@@ -184,6 +185,11 @@ async fn each_role_does_its_part_and_nothing_else() {
     .await
     .expect("registered as a listener");
     enqueue(&producer, 2).await;
+    let again = NewEvent::json("order.placed", &1).expect("json").idempotency_key("request-2-0");
+    let mut tx = producer.begin().await.expect("begin");
+    let refused = Outbox::new().enqueue(&mut *tx, again).await;
+    assert!(matches!(refused, Err(outbox_producer::Error::AlreadyEnqueued { .. })), "{refused:?}");
+    tx.commit().await.expect("commit");
     h.recorder().wait_for_count(2 * EVENTS, NOTIFIED).await.expect("the second batch published on notification");
 
     let relay_pool = roles.pool(&roles.relay).await;

@@ -90,12 +90,16 @@ pub enum EventError {
         /// The maximum.
         max: usize,
     },
-    /// A correlation or causation id is empty, too long, or contains control characters.
+    /// A correlation or causation id or an idempotency key is empty, too long, or contains
+    /// control characters.
     #[error("{field} must be 1 to 255 bytes without control characters")]
     InvalidId {
-        /// `correlation_id` or `causation_id`.
+        /// `correlation_id`, `causation_id` or `idempotency_key`.
         field: &'static str,
     },
+    /// Two events of one `enqueue_many` batch have the same type and idempotency key.
+    #[error("the idempotency key of this event repeats an earlier event's of the same type in the batch")]
+    RepeatedIdempotencyKey,
     /// The `traceparent` value is not a W3C trace context.
     #[error("traceparent is not a W3C trace context (version-traceid-parentid-flags)")]
     InvalidTraceparent,

@@ -61,7 +61,7 @@ impl Default for Limits {
 /// Each setter has a getter of the same name with `event_` in front: `id` / `event_id`,
 /// `version` / `event_version`, `entity` / `event_entity`, `correlation_id` /
 /// `event_correlation_id`, `causation_id` / `event_causation_id`, `traceparent` /
-/// `event_traceparent`, `header` / `event_headers`; and `event_type`, `event_payload`.
+/// `event_traceparent`, `header` / `event_headers`, `idempotency_key` / `event_idempotency_key`; and `event_type`, `event_payload`.
 ///
 /// ```
 /// use outbox_core::{NewEvent, Payload};
@@ -87,6 +87,7 @@ pub struct NewEvent {
     causation_id: Option<String>,
     traceparent: Option<String>,
     headers: Headers,
+    idempotency_key: Option<String>,
 }
 
 impl NewEvent {
@@ -102,6 +103,7 @@ impl NewEvent {
             causation_id: None,
             traceparent: None,
             headers: Headers::new(),
+            idempotency_key: None,
         }
     }
 
@@ -172,6 +174,18 @@ impl NewEvent {
         self
     }
 
+    /// Makes the enqueue idempotent: a second event of the same type with the same `key`, enqueued
+    /// while the first one's key is kept (24 hours by default, `OutboxBuilder::idempotency_window`),
+    /// is not written; the enqueue answers with the first event's id instead. Use the request's own
+    /// id (an `Idempotency-Key` HTTP header, a command id), so that a retried request makes no
+    /// second event. Keys are scoped by event type. At most 255 bytes, no control characters.
+    /// Defaults to none (every enqueue writes an event).
+    #[must_use]
+    pub fn idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.idempotency_key = Some(key.into());
+        self
+    }
+
     /// The event id.
     pub fn event_id(&self) -> EventId {
         self.id
@@ -208,6 +222,10 @@ impl NewEvent {
     pub fn event_headers(&self) -> &Headers {
         &self.headers
     }
+    /// The idempotency key, if the enqueue is idempotent.
+    pub fn event_idempotency_key(&self) -> Option<&str> {
+        self.idempotency_key.as_deref()
+    }
 
     /// Checks every field against the wire contract and `limits`.
     ///
@@ -231,6 +249,7 @@ impl NewEvent {
         }
         validate_id("correlation_id", self.correlation_id.as_deref())?;
         validate_id("causation_id", self.causation_id.as_deref())?;
+        validate_id("idempotency_key", self.idempotency_key.as_deref())?;
         if let Some(tp) = &self.traceparent {
             validate_traceparent(tp)?;
         }
@@ -268,6 +287,7 @@ impl fmt::Debug for NewEvent {
             .field("correlation_id", &self.correlation_id)
             .field("causation_id", &self.causation_id)
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("idempotency_key", &self.idempotency_key)
             .finish_non_exhaustive()
     }
 }
@@ -317,6 +337,11 @@ mod tests {
                 matches!(e, EventError::InvalidId { field: "causation_id" })
             }),
             (ok_event().traceparent("00-abc-def-01"), |e| matches!(e, EventError::InvalidTraceparent)),
+            (ok_event().idempotency_key(""), |e| matches!(e, EventError::InvalidId { field: "idempotency_key" })),
+            (ok_event().idempotency_key("k\0"), |e| matches!(e, EventError::InvalidId { field: "idempotency_key" })),
+            (ok_event().idempotency_key("k".repeat(256)), |e| {
+                matches!(e, EventError::InvalidId { field: "idempotency_key" })
+            }),
         ]
     }
 

@@ -1,7 +1,11 @@
 //! The write side: events enter the outbox inside the caller's transaction.
 
+use std::time::Duration;
+
 use outbox_core::{EventId, Headers, Limits, NewEvent};
 use sqlx::PgConnection;
+
+use crate::idempotency::{self, KEYED_ORDERED, KEYED_UNORDERED};
 
 use crate::{Error, Result};
 
@@ -32,15 +36,32 @@ use crate::{Error, Result};
 /// println!("enqueued {id}");
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Outbox {
     limits: Limits,
+    idempotency_window: Duration,
 }
 
+impl Default for Outbox {
+    fn default() -> Self {
+        Self { limits: Limits::default(), idempotency_window: DEFAULT_IDEMPOTENCY_WINDOW }
+    }
+}
+
+/// How long an idempotency key is kept by default: 24 hours.
+pub const DEFAULT_IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(24 * 3600);
+
 /// Builder of an [`Outbox`].
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct OutboxBuilder {
     limits: Limits,
+    idempotency_window: Duration,
+}
+
+impl Default for OutboxBuilder {
+    fn default() -> Self {
+        Self { limits: Limits::default(), idempotency_window: DEFAULT_IDEMPOTENCY_WINDOW }
+    }
 }
 
 impl OutboxBuilder {
@@ -58,10 +79,19 @@ impl OutboxBuilder {
         self
     }
 
+    /// Sets how long an event's idempotency key is kept ([`NewEvent::idempotency_key`]): within
+    /// it, a second enqueue with the key writes nothing and answers with the first event's id.
+    /// Defaults to 24 hours. Retention deletes expired keys.
+    #[must_use]
+    pub fn idempotency_window(mut self, window: Duration) -> Self {
+        self.idempotency_window = window;
+        self
+    }
+
     /// Builds the outbox.
     pub fn build(self) -> Outbox {
         crate::metrics::describe();
-        Outbox { limits: self.limits }
+        Outbox { limits: self.limits, idempotency_window: self.idempotency_window }
     }
 }
 
@@ -141,8 +171,18 @@ impl Outbox {
     /// The event is validated first; an invalid event returns [`Error::InvalidEvent`] without
     /// sending any SQL, so the caller's transaction stays usable. One round trip to the database.
     ///
+    /// With an idempotency key ([`NewEvent::idempotency_key`]) the key is written in the same
+    /// statement. If an event of the same type took the key within the window, nothing is written
+    /// and the answer is [`Error::AlreadyEnqueued`] with that event's id; the transaction stays
+    /// usable. If that event's transaction has not ended yet, this one waits for it (under READ
+    /// COMMITTED; under REPEATABLE READ or SERIALIZABLE PostgreSQL answers with a serialization
+    /// failure instead, and the transaction is retried as such transactions always are). Enqueue
+    /// the keyed event first in the transaction: a retried request then stops before its business
+    /// change, and a `?` rolls that change back.
+    ///
     /// # Errors
-    /// [`Error::InvalidEvent`] for a rejected event, [`Error::Database`] if the insert fails.
+    /// [`Error::InvalidEvent`] for a rejected event, [`Error::AlreadyEnqueued`] for a key already
+    /// taken, [`Error::Database`] if the insert fails.
     #[tracing::instrument(name = "outbox.enqueue", skip_all, fields(
         event_id = %event.event_id(),
         event_type = event.event_type(),
@@ -154,11 +194,13 @@ impl Outbox {
         #[cfg(feature = "otel")]
         let event = crate::otel::with_current_trace(event);
         let id = event.event_id();
-        let query = match event.event_entity() {
-            Some(_) => sqlx::query(INSERT_ORDERED),
-            None => sqlx::query(INSERT_UNORDERED),
+        let sql = match (event.event_entity(), event.event_idempotency_key()) {
+            (Some(_), None) => INSERT_ORDERED,
+            (None, None) => INSERT_UNORDERED,
+            (Some(_), Some(_)) => KEYED_ORDERED,
+            (None, Some(_)) => KEYED_UNORDERED,
         };
-        let query = query
+        let query = sqlx::query(sql)
             .bind(id.as_uuid())
             .bind(event.event_type())
             .bind(version(&event))
@@ -172,8 +214,17 @@ impl Outbox {
             Some(key) => query.bind(key),
             None => query,
         };
+        let query = match event.event_idempotency_key() {
+            Some(key) => query.bind(key).bind(self.idempotency_window.as_secs_f64()),
+            None => query,
+        };
         let done = query.execute(&mut *conn).await?;
-        debug_assert_eq!(done.rows_affected(), 1);
+        if done.rows_affected() == 0 {
+            let key = event.event_idempotency_key().unwrap_or_default();
+            let existing = idempotency::existing(conn, event.event_type(), key).await?;
+            tracing::debug!(event_id = %existing, event_type = event.event_type(), "outbox.enqueue_already_enqueued");
+            return Err(Error::AlreadyEnqueued { event_id: existing, index: None });
+        }
         tracing::debug!(event_id = %id, event_type = event.event_type(), entity = event.event_entity(), "outbox.enqueue");
         metrics::counter!(crate::metrics::CREATED).increment(1);
         Ok(id)
@@ -185,9 +236,13 @@ impl Outbox {
     /// Events of the same entity get consecutive sequence numbers in the order given. Every event
     /// is validated before anything is sent; if one is invalid, nothing is written.
     ///
+    /// Idempotency keys work as in [`Outbox::enqueue`]: if any event's key is taken, nothing of the
+    /// batch is written and the answer names the first such event. Two events of one batch may not
+    /// share a type and a key.
+    ///
     /// # Errors
-    /// [`Error::InvalidBatchEvent`] naming the first rejected event, [`Error::Database`] if the
-    /// insert fails.
+    /// [`Error::InvalidBatchEvent`] naming the first rejected event, [`Error::AlreadyEnqueued`]
+    /// naming the first event whose key was taken, [`Error::Database`] if the insert fails.
     #[tracing::instrument(name = "outbox.enqueue_many", skip_all)]
     pub async fn enqueue_many<I>(&self, conn: &mut PgConnection, events: I) -> Result<Vec<EventId>>
     where
@@ -197,9 +252,11 @@ impl Outbox {
         for (index, event) in events.iter().enumerate() {
             event.validate(&self.limits).map_err(|source| Error::InvalidBatchEvent { index, source })?;
         }
+        idempotency::check_batch(&events)?;
         if events.is_empty() {
             return Ok(Vec::new());
         }
+        idempotency::take_batch_keys(conn, &events, self.idempotency_window).await?;
         #[cfg(feature = "otel")]
         let events = crate::otel::with_current_trace_all(events);
         let n = events.len();

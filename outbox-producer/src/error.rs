@@ -22,6 +22,16 @@ pub enum Error {
         /// Why it was rejected.
         source: EventError,
     },
+    /// The event's idempotency key was taken by an earlier event of the same type within the
+    /// window: nothing was written (of a batch: nothing of it), and the transaction can still
+    /// commit or roll back. `event_id` is the earlier event's id.
+    #[error("an event with this idempotency key was already enqueued: {event_id}")]
+    AlreadyEnqueued {
+        /// The id of the event that took the key.
+        event_id: outbox_core::EventId,
+        /// The refused event's position in an `enqueue_many` batch.
+        index: Option<usize>,
+    },
     /// The database refused or failed a statement.
     #[error("database error: {}", DbMessage(.0))]
     Database(#[from] sqlx::Error),
@@ -52,7 +62,8 @@ impl Error {
             | Self::InvalidBatchEvent { .. }
             | Self::InvalidConfig(_)
             | Self::Corrupt(_)
-            | Self::InvalidQuery { .. } => FailureKind::Contract,
+            | Self::InvalidQuery { .. }
+            | Self::AlreadyEnqueued { .. } => FailureKind::Contract,
             Self::Database(e) => database_kind(e),
             Self::Migrate(_) => FailureKind::Transient,
         }
@@ -65,6 +76,9 @@ impl std::fmt::Debug for Error {
             Self::InvalidEvent(e) => f.debug_tuple("InvalidEvent").field(e).finish(),
             Self::InvalidBatchEvent { index, source } => {
                 f.debug_struct("InvalidBatchEvent").field("index", index).field("source", source).finish()
+            }
+            Self::AlreadyEnqueued { event_id, index } => {
+                f.debug_struct("AlreadyEnqueued").field("event_id", event_id).field("index", index).finish()
             }
             Self::Database(e) => f.debug_tuple("Database").field(&RedactedSqlx(e)).finish(),
             Self::Migrate(e) => f.debug_tuple("Migrate").field(&format_args!("{e}")).finish(),

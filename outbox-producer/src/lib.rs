@@ -39,6 +39,7 @@ mod backlog;
 mod enqueue;
 mod error;
 mod events;
+mod idempotency;
 mod metrics;
 mod migrate;
 #[cfg(feature = "otel")]
@@ -47,7 +48,7 @@ pub mod reconcile;
 mod retention;
 mod stats;
 
-pub use enqueue::{Outbox, OutboxBuilder};
+pub use enqueue::{DEFAULT_IDEMPOTENCY_WINDOW, Outbox, OutboxBuilder};
 pub use error::{Error, Result};
 pub use migrate::{MIGRATIONS_TABLE, migrate, migrator};
 pub use retention::{Retention, RetentionBuilder};

@@ -39,7 +39,19 @@ WITH doomed AS (
 )
 DELETE FROM outbox_events o USING doomed WHERE o.id = doomed.id AND o.status = 'skipped'";
 
-/// Deletes old final outbox rows (guarantee G7: bounded storage).
+/// Deletes expired idempotency keys, oldest first, at most `$1`.
+const DELETE_EXPIRED_KEYS: &str = "\
+WITH doomed AS (
+    SELECT event_type, idempotency_key FROM outbox_idempotency_keys
+    WHERE expires_at < now()
+    ORDER BY expires_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM outbox_idempotency_keys k USING doomed
+WHERE k.event_type = doomed.event_type AND k.idempotency_key = doomed.idempotency_key AND k.expires_at < now()";
+
+/// Deletes old final outbox rows (guarantee G7: bounded storage), and expired idempotency keys.
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -126,6 +138,7 @@ impl Retention {
         if self.include_skipped {
             deleted += self.drain(pool, DELETE_SKIPPED).await?;
         }
+        while self.expired_keys(pool).await? >= self.batch_size {}
         Ok(deleted)
     }
 
@@ -139,7 +152,18 @@ impl Retention {
         if self.include_skipped {
             deleted += self.batch(pool, DELETE_SKIPPED).await?;
         }
+        self.expired_keys(pool).await?;
         Ok(deleted)
+    }
+
+    /// Deletes one batch of expired idempotency keys (their window is the outbox's, not this
+    /// retention's age); returns how many.
+    async fn expired_keys(&self, pool: &PgPool) -> Result<i64> {
+        let n = sqlx::query(DELETE_EXPIRED_KEYS).bind(self.batch_size).execute(pool).await?.rows_affected();
+        if n > 0 {
+            tracing::debug!(deleted = n, "outbox.retention_expired_keys");
+        }
+        Ok(i64::try_from(n).unwrap_or(i64::MAX))
     }
 
     async fn drain(&self, pool: &PgPool, sql: &'static str) -> Result<u64> {
