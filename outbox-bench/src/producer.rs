@@ -10,6 +10,8 @@
 //! - `enqueue`: the same update plus `Outbox::enqueue` of one event with the entity key
 //!   `order-<id>` (so a sequence number is assigned);
 //! - `enqueue_unordered`: the same update plus `Outbox::enqueue` of one event without entity key;
+//! - `enqueue_keyed`: as `enqueue`, the event with an idempotency key of its own (a fresh UUID, as
+//!   a request id would be), so the key is written beside the event;
 //! - `batch`: `Outbox::enqueue_many` of [`BATCH`] events per transaction, entity keys spread
 //!   over the orders (no business update: this measures the outbox write path alone).
 //!
@@ -62,8 +64,9 @@ VALUES ($1, $2, $3, $4, $5, '{}'::jsonb, NULL, NULL)";
 const LISTEN: &str = "INSERT INTO outbox_relay_listeners VALUES ('bench', 'infinity')";
 const UNLISTEN: &str = "DELETE FROM outbox_relay_listeners";
 
-const RESET: &str = "TRUNCATE outbox_events, outbox_events_bare, outbox_entity_sequences";
-const VACUUM: &str = "VACUUM ANALYZE orders, outbox_events, outbox_events_bare, outbox_entity_sequences";
+const RESET: &str = "TRUNCATE outbox_events, outbox_events_bare, outbox_entity_sequences, outbox_idempotency_keys";
+const VACUUM: &str =
+    "VACUUM ANALYZE orders, outbox_events, outbox_events_bare, outbox_entity_sequences, outbox_idempotency_keys";
 
 /// Durations of one benchmark run.
 #[derive(Debug, Clone, Copy)]
@@ -93,6 +96,7 @@ enum Variant {
     RawInsert,
     Enqueue,
     EnqueueUnordered,
+    EnqueueKeyed,
     Batch,
 }
 
@@ -103,6 +107,7 @@ impl Variant {
             Self::RawInsert => "raw_insert",
             Self::Enqueue => "enqueue",
             Self::EnqueueUnordered => "enqueue_unordered",
+            Self::EnqueueKeyed => "enqueue_keyed",
             Self::Batch => "batch",
         }
     }
@@ -110,7 +115,7 @@ impl Variant {
     fn events_per_transaction(self) -> u64 {
         match self {
             Self::Business => 0,
-            Self::RawInsert | Self::Enqueue | Self::EnqueueUnordered => 1,
+            Self::RawInsert | Self::Enqueue | Self::EnqueueUnordered | Self::EnqueueKeyed => 1,
             Self::Batch => BATCH as u64,
         }
     }
@@ -145,15 +150,17 @@ async fn bench(db: &TestDb, plan: Plan) -> Result<(), BoxError> {
 
     let outcome = variants(admin, &clients, plan).await;
     clients.close().await;
-    let [business, raw, ordered, unordered, batch, ratio, ratio_unordered] = outcome?;
+    let Rates { business, raw, ordered, unordered, keyed, batch, ratio, ratio_unordered, ratio_keyed } = outcome?;
 
     figure("producer_clients", Value::Count(CLIENTS as u64), "clients");
     figure("producer_business_tps", Value::Rate(business), "tps");
     figure("producer_raw_insert_tps", Value::Rate(raw), "tps");
     figure("producer_enqueue_tps", Value::Rate(ordered), "tps");
     figure("producer_enqueue_unordered_tps", Value::Rate(unordered), "tps");
+    figure("producer_enqueue_keyed_tps", Value::Rate(keyed), "tps");
     figure("producer_overhead_ratio", Value::Ratio(ratio), "x");
     figure("producer_overhead_unordered_ratio", Value::Ratio(ratio_unordered), "x");
+    figure("producer_overhead_keyed_ratio", Value::Ratio(ratio_keyed), "x");
     figure("producer_batch_events_per_s", Value::Rate(batch), "events/s");
     comment("target: producer_overhead_ratio <= 1.3, producer_overhead_unordered_ratio <= 1.1");
     Ok(())
@@ -171,14 +178,26 @@ fn median(mut values: Vec<f64>) -> f64 {
     }
 }
 
-/// Runs every variant and returns, in figure order, the business, raw insert, ordered and
-/// unordered enqueue rates (tps), the batch rate (events/s), and the two overhead ratios.
+/// The rates of every variant (tps; the batch's in events/s) and the overhead ratios.
+struct Rates {
+    business: f64,
+    raw: f64,
+    ordered: f64,
+    unordered: f64,
+    keyed: f64,
+    batch: f64,
+    ratio: f64,
+    ratio_unordered: f64,
+    ratio_keyed: f64,
+}
+
+/// Runs every variant and returns their rates and the overhead ratios.
 ///
 /// On this shared two-core machine a variant's rate drifts with whatever else runs, by 10 % and
-/// more within a minute. So the three variants the ratios are made of run in interleaved rounds
-/// (raw, ordered, unordered, raw, ...); each ratio is the median of the per-round ratios (both
+/// more within a minute. So the four variants the ratios are made of run in interleaved rounds
+/// (raw, ordered, unordered, keyed, raw, ...); each ratio is the median of the per-round ratios (both
 /// sides of a ratio measured seconds apart), and each rate the median of its rounds.
-async fn variants(admin: &PgPool, clients: &PgPool, plan: Plan) -> Result<[f64; 7], BoxError> {
+async fn variants(admin: &PgPool, clients: &PgPool, plan: Plan) -> Result<Rates, BoxError> {
     let business = measure(admin, clients, plan, Variant::Business, 1).await?;
     let batch = measure(admin, clients, plan, Variant::Batch, 1).await?;
     // With a relay waiting for notifications every commit notifies, and notifying commits take a
@@ -187,19 +206,32 @@ async fn variants(admin: &PgPool, clients: &PgPool, plan: Plan) -> Result<[f64; 
     let notify = measure(admin, clients, plan, Variant::Enqueue, 1).await;
     sqlx::query(UNLISTEN).execute(admin).await?;
     figure("producer_enqueue_idle_relay_tps", Value::Rate(notify?), "tps");
-    let (mut raw, mut ordered, mut unordered) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut ratio, mut ratio_unordered) = (Vec::new(), Vec::new());
+    let (mut raw, mut ordered, mut unordered, mut keyed) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut ratio, mut ratio_unordered, mut ratio_keyed) = (Vec::new(), Vec::new(), Vec::new());
     for round in 1..=plan.rounds as u64 {
         let r = measure(admin, clients, plan, Variant::RawInsert, round).await?;
         let o = measure(admin, clients, plan, Variant::Enqueue, round).await?;
         let u = measure(admin, clients, plan, Variant::EnqueueUnordered, round).await?;
+        let k = measure(admin, clients, plan, Variant::EnqueueKeyed, round).await?;
         ratio.push(r / o);
         ratio_unordered.push(r / u);
+        ratio_keyed.push(r / k);
         raw.push(r);
         ordered.push(o);
         unordered.push(u);
+        keyed.push(k);
     }
-    Ok([business, median(raw), median(ordered), median(unordered), batch, median(ratio), median(ratio_unordered)])
+    Ok(Rates {
+        business,
+        raw: median(raw),
+        ordered: median(ordered),
+        unordered: median(unordered),
+        keyed: median(keyed),
+        batch,
+        ratio: median(ratio),
+        ratio_unordered: median(ratio_unordered),
+        ratio_keyed: median(ratio_keyed),
+    })
 }
 
 /// Resets the tables, runs one variant with every client and returns its rate: transactions per
@@ -284,6 +316,12 @@ async fn transaction(
         Variant::Enqueue => {
             update(&mut tx, order).await?;
             let event = event(order)?.entity(format!("order-{order}"));
+            outbox.enqueue(&mut tx, event).await?;
+        }
+        Variant::EnqueueKeyed => {
+            update(&mut tx, order).await?;
+            let key = uuid::Uuid::now_v7().to_string();
+            let event = event(order)?.entity(format!("order-{order}")).idempotency_key(key);
             outbox.enqueue(&mut tx, event).await?;
         }
         Variant::EnqueueUnordered => {
