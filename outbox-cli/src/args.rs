@@ -188,6 +188,10 @@ pub(crate) struct RelayArgs {
     /// `12h`, ...). Every relay may run it at once.
     #[arg(long, default_value = "7d", value_parser = repair::age)]
     pub(crate) retention: Duration,
+    /// Clear the payload of rows published longer ago than this (`1d`, ...), keeping the row until
+    /// --retention deletes it; shorter than --retention. Off unless given.
+    #[arg(long, value_parser = repair::age)]
+    pub(crate) scrub_payload_after: Option<Duration>,
     /// Run no retention in this relay (another relay or `outbox cleanup` does it).
     #[arg(long)]
     pub(crate) no_retention: bool,

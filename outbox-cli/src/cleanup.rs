@@ -20,6 +20,11 @@ SELECT (SELECT count(*) FROM outbox_events
        (SELECT count(*) FROM outbox_events
         WHERE status = 'skipped' AND quarantined_at < now() - make_interval(secs => $1))";
 
+/// Published rows whose payload a scrub at this age (`$1` seconds) would clear.
+const SCRUBBABLE: &str = "\
+SELECT count(*) FROM outbox_events
+WHERE status = 'published' AND published_at < now() - make_interval(secs => $1) AND payload_scrubbed_at IS NULL";
+
 /// Runs `outbox cleanup`.
 ///
 /// # Errors
@@ -28,6 +33,10 @@ pub(crate) async fn run(pool: &PgPool, args: CleanupArgs) -> Result<(), CliError
     let (published, skipped): (i64, i64) =
         sqlx::query_as(OUTBOX_PRUNABLE).bind(args.older_than.as_secs_f64()).fetch_one(pool).await?;
     let outbox_rows = published + if args.include_skipped { skipped } else { 0 };
+    let scrubbable: Option<i64> = match args.scrub_payload_after {
+        Some(age) => Some(sqlx::query_scalar(SCRUBBABLE).bind(age.as_secs_f64()).fetch_one(pool).await?),
+        None => None,
+    };
     let inbox = match (&args.inbox, args.dedup_window) {
         (Some(consumer), Some(window)) => {
             let n = outbox_consumer::retention::prunable(pool, consumer, window).await?;
@@ -38,8 +47,14 @@ pub(crate) async fn run(pool: &PgPool, args: CleanupArgs) -> Result<(), CliError
     if args.dry_run {
         if args.json {
             let inbox_rows = inbox.as_ref().map(|(_, _, n)| *n);
-            println!("{}", serde_json::json!({ "dry_run": true, "outbox_rows": outbox_rows, "inbox_ids": inbox_rows }));
+            let v = serde_json::json!({
+                "dry_run": true, "outbox_rows": outbox_rows, "inbox_ids": inbox_rows, "payloads_to_scrub": scrubbable
+            });
+            println!("{v}");
             return Ok(());
+        }
+        if let Some(n) = scrubbable {
+            println!("would scrub the payload of {n} published row(s)");
         }
         println!("would delete {outbox_rows} outbox row(s)");
         if let Some((consumer, _, n)) = &inbox {
@@ -48,8 +63,15 @@ pub(crate) async fn run(pool: &PgPool, args: CleanupArgs) -> Result<(), CliError
         return Ok(());
     }
     let batch = i64::try_from(args.batch_size).unwrap_or(i64::MAX);
-    let retention =
-        Retention::builder(args.older_than).batch_size(batch).include_skipped(args.include_skipped).build()?;
+    let mut retention = Retention::builder(args.older_than).batch_size(batch).include_skipped(args.include_skipped);
+    if let Some(age) = args.scrub_payload_after {
+        retention = retention.scrub_payload_after(age);
+    }
+    let retention = retention.build()?;
+    let scrubbed = match scrubbable {
+        Some(n) => Some(scrub(pool, &retention, n, args.json).await?),
+        None => None,
+    };
     let outbox_done = report("outbox rows", outbox_rows, args.json, |p| outbox(pool, &retention, p)).await?;
     let mut inbox_done = None;
     if let Some((consumer, window, n)) = inbox {
@@ -58,7 +80,10 @@ pub(crate) async fn run(pool: &PgPool, args: CleanupArgs) -> Result<(), CliError
     }
     if args.json {
         let json = |(n, secs): (u64, f64)| serde_json::json!({ "deleted": n, "seconds": secs, "rows_per_s": n as f64 / secs.max(1e-3) });
-        println!("{}", serde_json::json!({ "outbox": json(outbox_done), "inbox": inbox_done.map(json) }));
+        let v = serde_json::json!({
+            "outbox": json(outbox_done), "inbox": inbox_done.map(json), "scrubbed_payloads": scrubbed
+        });
+        println!("{v}");
     }
     Ok(())
 }
@@ -80,6 +105,33 @@ where
         println!("deleted {deleted} {what} in {secs:.1} s ({:.0} rows/s)", deleted as f64 / secs.max(1e-3));
     }
     Ok((deleted, secs))
+}
+
+/// Clears the payloads retention's scrubbing age allows, batch after batch; prints how many.
+async fn scrub(pool: &PgPool, retention: &Retention, expected: i64, json: bool) -> Result<u64, CliError> {
+    let started = Instant::now();
+    let progress = Progress::new("payloads (scrub)", u64::try_from(expected).unwrap_or(0));
+    let mut total = 0;
+    loop {
+        let n = retention.scrub_batch(pool).await;
+        let n = match n {
+            Ok(n) => n,
+            Err(e) => {
+                progress.finish();
+                return Err(e.into());
+            }
+        };
+        total += n;
+        progress.advance(n);
+        if n == 0 {
+            break;
+        }
+    }
+    progress.finish();
+    if !json {
+        println!("scrubbed the payload of {total} published row(s) in {:.1} s", started.elapsed().as_secs_f64());
+    }
+    Ok(total)
 }
 
 async fn outbox(pool: &PgPool, retention: &Retention, progress: Progress) -> Result<u64, CliError> {

@@ -38,6 +38,8 @@ pub(crate) async fn run(pool: &PgPool, command: EventsCommand) -> Result<(), Cli
 /// [`CliError::NoSuchEvent`]; a database error.
 pub(crate) async fn show(pool: &PgPool, id: EventId, with_payload: bool, json: bool) -> Result<(), CliError> {
     let record = admin::event(pool, id).await?.ok_or(CliError::NoSuchEvent(id))?;
+    // A scrubbed payload is not printed as an empty one: the record says when it was cleared.
+    let with_payload = with_payload && record.payload_scrubbed_at.is_none();
     let payload = if with_payload { admin::payload(pool, id).await? } else { None };
     if json {
         let mut v = to_json(&record);
@@ -110,6 +112,7 @@ fn text(r: &EventRecord) -> String {
         ("quarantined", time(r.quarantined_at)),
         ("correlation id", r.correlation_id.clone().unwrap_or_else(|| "-".to_owned())),
         ("causation id", r.causation_id.clone().unwrap_or_else(|| "-".to_owned())),
+        ("payload", r.payload_scrubbed_at.map_or_else(|| "kept".to_owned(), |t| format!("scrubbed {}", time(Some(t))))),
     ];
     rows.iter().fold(String::new(), |mut out, (name, value)| {
         let _ = writeln!(out, "{name:<16}{value}");
@@ -157,5 +160,6 @@ pub(crate) fn to_json(r: &EventRecord) -> Value {
         "quarantined_at": r.quarantined_at.map(|t| t.to_rfc3339()),
         "correlation_id": r.correlation_id,
         "causation_id": r.causation_id,
+        "payload_scrubbed_at": r.payload_scrubbed_at.map(|t| t.to_rfc3339()),
     })
 }

@@ -89,7 +89,11 @@ fn retention(args: &RelayArgs) -> Result<Option<outbox_producer::Retention>, Cli
     if args.no_retention {
         return Ok(None);
     }
-    Ok(Some(outbox_producer::Retention::builder(args.retention).batch_size(5_000).max_batches(100).build()?))
+    let mut retention = outbox_producer::Retention::builder(args.retention).batch_size(5_000).max_batches(100);
+    if let Some(age) = args.scrub_payload_after {
+        retention = retention.scrub_payload_after(age);
+    }
+    Ok(Some(retention.build()?))
 }
 
 fn exchange_kind(kind: ExchangeKindArg) -> ExchangeKind {

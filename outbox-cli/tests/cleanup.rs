@@ -117,3 +117,56 @@ async fn cleanup_refuses_what_it_cannot_use() {
     }
     db.close().await.expect("cleanup");
 }
+
+/// `--scrub-payload-after`: the payload of old published rows is cleared, the rows stay, and
+/// `outbox events show` says when; a scrub age not shorter than the deletion age is refused.
+#[tokio::test]
+async fn cleanup_scrubs_old_payloads_and_show_says_when() {
+    let db = TestDb::new().await.expect("db");
+    let insert =
+        "INSERT INTO outbox_events (id, event_type, event_version, payload, content_type, status, published_at)
+                  SELECT gen_random_uuid(), 't', 1, convert_to('SECRET-' || i, 'UTF8'), 'text/plain', 'published',
+                         now() - make_interval(days => i)
+                  FROM generate_series(0, 3) AS i";
+    sqlx::raw_sql(insert).execute(db.pool()).await.expect("rows");
+    let url = db.url();
+    let args = ["cleanup", "--older-than", "7d", "--scrub-payload-after", "1d"];
+    let dry = run(&url, &[&args[..], &["--dry-run"]].concat()).await;
+    let out = String::from_utf8_lossy(&dry.stdout);
+    assert!(out.contains("would scrub the payload of 3 published row(s)"), "{out}");
+
+    let done = run(&url, &args).await;
+    let out = String::from_utf8_lossy(&done.stdout);
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+    assert!(out.contains("scrubbed the payload of 3 published row(s)"), "{out}");
+    let plain: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM outbox_events WHERE position('SECRET'::bytea in payload) > 0")
+            .fetch_one(db.pool())
+            .await
+            .expect("count");
+    assert_eq!(plain, 1, "only the row published today keeps its payload");
+    assert_eq!(
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM outbox_events").fetch_one(db.pool()).await.ok(),
+        Some(4)
+    );
+
+    let id: uuid::Uuid =
+        sqlx::query_scalar("SELECT id FROM outbox_events WHERE payload_scrubbed_at IS NOT NULL LIMIT 1")
+            .fetch_one(db.pool())
+            .await
+            .expect("id");
+    let shown = run(&url, &["events", "show", &id.to_string(), "--payload"]).await;
+    let out = String::from_utf8_lossy(&shown.stdout);
+    assert!(shown.status.success(), "{}", String::from_utf8_lossy(&shown.stderr));
+    let line = out.lines().find(|l| l.starts_with("payload")).unwrap_or_default().to_owned();
+    assert!(line.contains("scrubbed 20"), "the record says when: {out}");
+    assert_eq!(out.lines().filter(|l| l.starts_with("payload")).count(), 1, "no empty payload printed: {out}");
+    let json = run(&url, &["events", "show", &id.to_string(), "--json"]).await;
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("json");
+    assert!(v["payload_scrubbed_at"].is_string(), "{v}");
+
+    let refused = run(&url, &["cleanup", "--older-than", "1d", "--scrub-payload-after", "2d"]).await;
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && err.lines().count() == 1 && err.contains("scrub_payload_after"), "{err}");
+    db.close().await.expect("cleanup");
+}

@@ -29,6 +29,7 @@ struct RecordRow {
     lease_until: Option<DateTime<Utc>>,
     correlation_id: Option<String>,
     causation_id: Option<String>,
+    payload_scrubbed_at: Option<DateTime<Utc>>,
     last_seq: Option<i64>,
 }
 
@@ -39,7 +40,7 @@ macro_rules! select {
 SELECT e.id, e.event_type, e.event_version, e.entity_key, e.seq, e.status, e.attempts, e.last_error_kind,
        e.last_error, e.created_at, e.published_at, e.quarantined_at,
        CASE WHEN e.next_attempt_at = 'infinity' THEN NULL ELSE e.next_attempt_at END AS next_attempt,
-       e.lease_owner, e.lease_until, e.correlation_id, e.causation_id, s.last_seq
+       e.lease_owner, e.lease_until, e.correlation_id, e.causation_id, e.payload_scrubbed_at, s.last_seq
 FROM outbox_events e LEFT JOIN outbox_entity_sequences s ON s.entity_key = e.entity_key "
     };
 }
@@ -85,6 +86,8 @@ pub struct EventRecord {
     pub correlation_id: Option<String>,
     /// The causation id.
     pub causation_id: Option<String>,
+    /// When retention cleared the payload (the row stays until it is deleted).
+    pub payload_scrubbed_at: Option<DateTime<Utc>>,
 }
 
 impl TryFrom<RecordRow> for EventRecord {
@@ -109,6 +112,7 @@ impl TryFrom<RecordRow> for EventRecord {
             lease: r.lease_owner.map(|owner| (owner, r.lease_until)),
             correlation_id: r.correlation_id,
             causation_id: r.causation_id,
+            payload_scrubbed_at: r.payload_scrubbed_at,
         })
     }
 }

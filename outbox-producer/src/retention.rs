@@ -1,4 +1,6 @@
-//! Retention: deletes old published (and optionally skipped) outbox rows in bounded batches.
+//! Retention: deletes old published (and optionally skipped) outbox rows in bounded batches,
+//! clears the payload of published rows at an earlier age if asked (scrubbing), and deletes expired
+//! idempotency keys.
 //!
 //! Only final rows are ever touched: `published` (confirmed by the broker) and, if asked,
 //! `skipped` (given up by an operator). A pending row (new, claimed and in flight, or waiting for
@@ -39,6 +41,23 @@ WITH doomed AS (
 )
 DELETE FROM outbox_events o USING doomed WHERE o.id = doomed.id AND o.status = 'skipped'";
 
+/// Clears the payload of published rows older than `$1` seconds, oldest first, at most `$2`. The
+/// batch starts at the newest row scrubbed so far (`outbox_events_scrubbed`), so it walks only over
+/// rows still to scrub on `outbox_events_published`.
+const SCRUB_PUBLISHED: &str = "\
+WITH mark AS (
+    SELECT coalesce(max(published_at), '-infinity') AS since FROM outbox_events WHERE payload_scrubbed_at IS NOT NULL
+), doomed AS (
+    SELECT o.id FROM outbox_events o, mark
+    WHERE o.status = 'published' AND o.published_at >= mark.since
+      AND o.published_at < now() - make_interval(secs => $1) AND o.payload_scrubbed_at IS NULL
+    ORDER BY o.published_at
+    LIMIT $2
+    FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE outbox_events o SET payload = ''::bytea, payload_scrubbed_at = now()
+FROM doomed WHERE o.id = doomed.id AND o.status = 'published'";
+
 /// Deletes expired idempotency keys, oldest first, at most `$1`.
 const DELETE_EXPIRED_KEYS: &str = "\
 WITH doomed AS (
@@ -72,6 +91,7 @@ pub struct Retention {
     batch_size: i64,
     include_skipped: bool,
     max_batches: Option<u64>,
+    scrub_payload_after: Option<Duration>,
 }
 
 /// Builder of a [`Retention`].
@@ -104,10 +124,21 @@ impl RetentionBuilder {
         self
     }
 
+    /// Clears the payload of rows published more than `age` ago, keeping the row (ids, type,
+    /// entity, sequence, times) until it is deleted; `outbox events show` says when the payload
+    /// was cleared. Pending, held, quarantined and skipped rows are never touched. Defaults to
+    /// none (payloads go with their rows).
+    #[must_use]
+    pub fn scrub_payload_after(mut self, age: Duration) -> Self {
+        self.retention.scrub_payload_after = Some(age);
+        self
+    }
+
     /// Builds the retention.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] if the batch size or the batch limit is not positive.
+    /// [`Error::InvalidConfig`] if the batch size or the batch limit is not positive, or if
+    /// payloads would be scrubbed no earlier than their rows are deleted.
     pub fn build(self) -> Result<Retention> {
         crate::metrics::describe();
         if self.retention.batch_size < 1 {
@@ -115,6 +146,9 @@ impl RetentionBuilder {
         }
         if self.retention.max_batches == Some(0) {
             return Err(Error::InvalidConfig("retention max_batches must be at least 1"));
+        }
+        if self.retention.scrub_payload_after.is_some_and(|scrub| scrub >= self.retention.older_than) {
+            return Err(Error::InvalidConfig("scrub_payload_after must be shorter than the age rows are deleted at"));
         }
         Ok(self.retention)
     }
@@ -124,7 +158,13 @@ impl Retention {
     /// Starts a builder: rows published (or skipped) more than `older_than` ago are deleted.
     pub fn builder(older_than: Duration) -> RetentionBuilder {
         RetentionBuilder {
-            retention: Retention { older_than, batch_size: 1000, include_skipped: false, max_batches: None },
+            retention: Retention {
+                older_than,
+                batch_size: 1000,
+                include_skipped: false,
+                max_batches: None,
+                scrub_payload_after: None,
+            },
         }
     }
 
@@ -134,9 +174,12 @@ impl Retention {
     /// # Errors
     /// A database error; the batches before it stay deleted.
     pub async fn run(&self, pool: &PgPool) -> Result<u64> {
-        let mut deleted = self.drain(pool, DELETE_PUBLISHED).await?;
+        let mut deleted = self.drain(pool, DELETE_PUBLISHED, self.older_than).await?;
         if self.include_skipped {
-            deleted += self.drain(pool, DELETE_SKIPPED).await?;
+            deleted += self.drain(pool, DELETE_SKIPPED, self.older_than).await?;
+        }
+        if let Some(age) = self.scrub_payload_after {
+            self.drain(pool, SCRUB_PUBLISHED, age).await?;
         }
         while self.expired_keys(pool).await? >= self.batch_size {}
         Ok(deleted)
@@ -148,12 +191,25 @@ impl Retention {
     /// # Errors
     /// A database error.
     pub async fn run_batch(&self, pool: &PgPool) -> Result<u64> {
-        let mut deleted = self.batch(pool, DELETE_PUBLISHED).await?;
+        let mut deleted = self.batch(pool, DELETE_PUBLISHED, self.older_than).await?;
         if self.include_skipped {
-            deleted += self.batch(pool, DELETE_SKIPPED).await?;
+            deleted += self.batch(pool, DELETE_SKIPPED, self.older_than).await?;
         }
         self.expired_keys(pool).await?;
         Ok(deleted)
+    }
+
+    /// Clears the payload of one batch of published rows older than `scrub_payload_after`; returns
+    /// how many (0 without that setting). [`Retention::run`] scrubs too, [`Retention::run_batch`]
+    /// does not.
+    ///
+    /// # Errors
+    /// A database error.
+    pub async fn scrub_batch(&self, pool: &PgPool) -> Result<u64> {
+        match self.scrub_payload_after {
+            Some(age) => self.batch(pool, SCRUB_PUBLISHED, age).await,
+            None => Ok(0),
+        }
     }
 
     /// Deletes one batch of expired idempotency keys (their window is the outbox's, not this
@@ -166,11 +222,11 @@ impl Retention {
         Ok(i64::try_from(n).unwrap_or(i64::MAX))
     }
 
-    async fn drain(&self, pool: &PgPool, sql: &'static str) -> Result<u64> {
+    async fn drain(&self, pool: &PgPool, sql: &'static str, age: Duration) -> Result<u64> {
         let mut total = 0;
         let mut batches = 0;
         loop {
-            let n = self.batch(pool, sql).await?;
+            let n = self.batch(pool, sql, age).await?;
             total += n;
             batches += 1;
             let full = i64::try_from(n).is_ok_and(|n| n >= self.batch_size);
@@ -180,14 +236,12 @@ impl Retention {
         }
     }
 
-    async fn batch(&self, pool: &PgPool, sql: &'static str) -> Result<u64> {
-        let n = sqlx::query(sql)
-            .bind(self.older_than.as_secs_f64())
-            .bind(self.batch_size)
-            .execute(pool)
-            .await?
-            .rows_affected();
-        if n > 0 {
+    async fn batch(&self, pool: &PgPool, sql: &'static str, age: Duration) -> Result<u64> {
+        let n = sqlx::query(sql).bind(age.as_secs_f64()).bind(self.batch_size).execute(pool).await?.rows_affected();
+        if n > 0 && sql == SCRUB_PUBLISHED {
+            metrics::counter!(crate::metrics::RETENTION_SCRUBBED).increment(n);
+            tracing::debug!(scrubbed = n, "outbox.retention_scrub_batch");
+        } else if n > 0 {
             metrics::counter!(crate::metrics::RETENTION_DELETED).increment(n);
             tracing::debug!(deleted = n, "outbox.retention_batch");
         }

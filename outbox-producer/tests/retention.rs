@@ -81,3 +81,47 @@ async fn deletes_only_old_final_rows_in_bounded_batches_and_never_reuses_a_seque
     assert_eq!(seq, 6);
     db.close().await.expect("cleanup");
 }
+
+/// Scrubbing: the payload of published rows older than the scrub age is cleared and the row kept
+/// (ids, type, entity, sequence, times) until the deletion age; no other state is touched, a row
+/// is scrubbed once, and the rows' own payload bytes are gone from the table.
+#[tokio::test]
+async fn scrubs_only_old_published_payloads_and_keeps_their_rows() {
+    let db = TestDb::new().await.expect("db");
+    let pool = db.pool();
+    for (entity, status, age) in [
+        ("scrub-me", "published", "2 days"),
+        ("fresh", "published", "1 minute"),
+        ("skipped", "skipped", "2 days"),
+        ("quarantined", "quarantined", "2 days"),
+        ("waiting", "pending", "2 days"),
+    ] {
+        enqueue(pool, entity, 3).await;
+        set(pool, entity, status, age).await;
+    }
+    let day = Duration::from_secs(86_400);
+    let week = Retention::builder(7 * day).scrub_payload_after(day).batch_size(2).build().expect("retention");
+    assert_eq!(week.scrub_batch(pool).await.expect("a batch"), 2, "a batch is bounded");
+    assert_eq!(week.run(pool).await.expect("run"), 0, "nothing is old enough to delete");
+    assert_eq!(week.scrub_batch(pool).await.expect("again"), 0, "each row is scrubbed once");
+
+    let rows: Vec<(String, i64, bool, bool)> = sqlx::query_as(
+        "SELECT entity_key, seq, payload = ''::bytea, payload_scrubbed_at IS NOT NULL FROM outbox_events
+         ORDER BY entity_key, seq",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("rows");
+    assert_eq!(rows.len(), 15, "every row kept");
+    for (entity, seq, empty, scrubbed) in rows {
+        let expected = entity == "scrub-me";
+        assert_eq!((empty, scrubbed), (expected, expected), "{entity} {seq}");
+    }
+    let too_late = Retention::builder(day).scrub_payload_after(day).build();
+    assert!(matches!(too_late, Err(outbox_producer::Error::InvalidConfig(_))), "scrubbing at the deletion age");
+
+    // The deletion age still deletes the scrubbed rows.
+    set(pool, "scrub-me", "published", "8 days").await;
+    assert_eq!(week.run(pool).await.expect("run"), 3);
+    db.close().await.expect("cleanup");
+}

@@ -165,6 +165,10 @@ pub(crate) struct CleanupArgs {
     /// Delete outbox rows published longer ago than this (`90m`, `12h`, `7d`; at least 1 s).
     #[arg(long, value_parser = age)]
     pub(crate) older_than: std::time::Duration,
+    /// First clear the payload of rows published longer ago than this (shorter than
+    /// --older-than), keeping the rows.
+    #[arg(long, value_parser = age)]
+    pub(crate) scrub_payload_after: Option<std::time::Duration>,
     /// Delete skipped rows too (given up by an operator), by the age of their quarantine.
     #[arg(long)]
     pub(crate) include_skipped: bool,
