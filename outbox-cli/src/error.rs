@@ -49,6 +49,9 @@ pub(crate) enum CliError {
     /// The producer library failed (its migrations, an operator query).
     #[error("{0}")]
     Producer(#[from] outbox_producer::Error),
+    /// `OUTBOX_PAYLOAD_KEYS` does not read (the message names the entry's place, never a key).
+    #[error("OUTBOX_PAYLOAD_KEYS: {0}")]
+    PayloadKeys(#[from] outbox_core::CipherError),
     /// Reading or repairing an inbox failed (its message is redacted as the consumer's errors are).
     #[error("{0}")]
     Inbox(String),

@@ -55,6 +55,10 @@ async fn start_and_run(
     Ok(relay.run(async move { shutdown.requested().await }).await?)
 }
 
+/// The payload keys (`id:base64key,...`, the newest first), read from the environment only so that
+/// no key is ever on a command line.
+const PAYLOAD_KEYS: &str = "OUTBOX_PAYLOAD_KEYS";
+
 fn relay(db: PgConnectOptions, publisher: AmqpPublisher, args: RelayArgs) -> Result<Relay<AmqpPublisher>, CliError> {
     let retention = retention(&args)?;
     let mut builder = Relay::builder(db, publisher)
@@ -79,6 +83,9 @@ fn relay(db: PgConnectOptions, publisher: AmqpPublisher, args: RelayArgs) -> Res
     }
     if let Some(id) = args.relay_id {
         builder = builder.relay_id(id);
+    }
+    if let Some(keys) = outbox_core::Keyring::from_env(PAYLOAD_KEYS)? {
+        builder = builder.cipher(outbox_core::PayloadCipher::new(keys));
     }
     Ok(builder.build()?)
 }

@@ -25,6 +25,7 @@
 //! ```
 
 mod backoff;
+mod cipher;
 #[cfg(feature = "sqlx")]
 pub mod db_error;
 mod error;
@@ -42,6 +43,7 @@ mod validate;
 pub mod wire;
 
 pub use backoff::Backoff;
+pub use cipher::{CipherError, KEY_BYTES, KeyProvider, Keyring, PayloadCipher};
 pub use error::{EventError, Result};
 pub use event::{CONTENT_TYPE_JSON, Entity, Event, Payload};
 pub use failure::FailureKind;

@@ -1,8 +1,9 @@
 //! The write side: events enter the outbox inside the caller's transaction.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
-use outbox_core::{EventId, Headers, Limits, NewEvent};
+use outbox_core::{EventId, Headers, Limits, NewEvent, PayloadCipher};
 use sqlx::PgConnection;
 
 use crate::idempotency::{self, KEYED_ORDERED, KEYED_UNORDERED};
@@ -40,11 +41,12 @@ use crate::{Error, Result};
 pub struct Outbox {
     limits: Limits,
     idempotency_window: Duration,
+    cipher: Option<PayloadCipher>,
 }
 
 impl Default for Outbox {
     fn default() -> Self {
-        Self { limits: Limits::default(), idempotency_window: DEFAULT_IDEMPOTENCY_WINDOW }
+        Self { limits: Limits::default(), idempotency_window: DEFAULT_IDEMPOTENCY_WINDOW, cipher: None }
     }
 }
 
@@ -56,11 +58,12 @@ pub const DEFAULT_IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(24 * 3600);
 pub struct OutboxBuilder {
     limits: Limits,
     idempotency_window: Duration,
+    cipher: Option<PayloadCipher>,
 }
 
 impl Default for OutboxBuilder {
     fn default() -> Self {
-        Self { limits: Limits::default(), idempotency_window: DEFAULT_IDEMPOTENCY_WINDOW }
+        Self { limits: Limits::default(), idempotency_window: DEFAULT_IDEMPOTENCY_WINDOW, cipher: None }
     }
 }
 
@@ -88,17 +91,27 @@ impl OutboxBuilder {
         self
     }
 
+    /// Seals every payload with `cipher` before it is written (encryption at rest): the row holds
+    /// the sealed bytes and the key's id, and only a relay with the key publishes it (in plain,
+    /// the wire contract unchanged). Defaults to none (payloads stored as given).
+    #[must_use]
+    pub fn cipher(mut self, cipher: PayloadCipher) -> Self {
+        self.cipher = Some(cipher);
+        self
+    }
+
     /// Builds the outbox.
     pub fn build(self) -> Outbox {
         crate::metrics::describe();
-        Outbox { limits: self.limits, idempotency_window: self.idempotency_window }
+        Outbox { limits: self.limits, idempotency_window: self.idempotency_window, cipher: self.cipher }
     }
 }
 
 const INSERT_UNORDERED: &str = "\
 INSERT INTO outbox_events
-    (id, event_type, event_version, payload, content_type, headers, correlation_id, causation_id, traceparent)
-VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9)";
+    (id, event_type, event_version, payload, content_type, headers, correlation_id, causation_id, traceparent,
+     payload_key_id)
+VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10)";
 
 const INSERT_ORDERED: &str = "\
 WITH next AS (
@@ -108,17 +121,17 @@ WITH next AS (
 )
 INSERT INTO outbox_events
     (id, event_type, event_version, payload, content_type, headers, correlation_id, causation_id, traceparent,
-     entity_key, seq)
-SELECT $1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10, next.last_seq FROM next";
+     entity_key, seq, payload_key_id)
+SELECT $1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10, next.last_seq, $11 FROM next";
 
 /// One statement for a whole batch: arrays in, one counter upsert per distinct entity (taken in
 /// key order), consecutive sequence numbers within the batch in the order given.
 const INSERT_MANY: &str = "\
 WITH input AS (
     SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::int8[], $4::bytea[], $5::text[], $6::text[],
-                         $7::text[], $8::text[], $9::text[], $10::text[])
+                         $7::text[], $8::text[], $9::text[], $10::text[], $11::text[])
         WITH ORDINALITY AS t(id, event_type, event_version, payload, content_type, headers,
-                             correlation_id, causation_id, traceparent, entity_key, ord)
+                             correlation_id, causation_id, traceparent, entity_key, payload_key_id, ord)
 ), counts AS (
     SELECT entity_key, count(*) AS n FROM input WHERE entity_key IS NOT NULL GROUP BY entity_key
 ), next AS (
@@ -135,9 +148,9 @@ WITH input AS (
 )
 INSERT INTO outbox_events
     (id, event_type, event_version, payload, content_type, headers, correlation_id, causation_id, traceparent,
-     entity_key, seq)
+     entity_key, seq, payload_key_id)
 SELECT id, event_type, event_version, payload, content_type, headers::jsonb, correlation_id, causation_id,
-       traceparent, entity_key, CASE WHEN entity_key IS NULL THEN NULL ELSE seq END
+       traceparent, entity_key, CASE WHEN entity_key IS NULL THEN NULL ELSE seq END, payload_key_id
 FROM numbered ORDER BY ord";
 
 fn headers_json(headers: &Headers) -> String {
@@ -159,6 +172,18 @@ impl Outbox {
     /// Starts a builder.
     pub fn builder() -> OutboxBuilder {
         OutboxBuilder::default()
+    }
+
+    /// The payload as it is stored (sealed with the cipher, if there is one) and its key id.
+    fn seal<'e>(&self, event: &'e NewEvent) -> Result<(Cow<'e, [u8]>, Option<String>)> {
+        let plain = event.event_payload().bytes();
+        match &self.cipher {
+            None => Ok((Cow::Borrowed(plain), None)),
+            Some(cipher) => {
+                let (key_id, sealed) = cipher.seal(event.event_id(), plain)?;
+                Ok((Cow::Owned(sealed), Some(key_id)))
+            }
+        }
     }
 
     /// The limits events are validated against.
@@ -194,6 +219,7 @@ impl Outbox {
         #[cfg(feature = "otel")]
         let event = crate::otel::with_current_trace(event);
         let id = event.event_id();
+        let (payload, key_id) = self.seal(&event)?;
         let sql = match (event.event_entity(), event.event_idempotency_key()) {
             (Some(_), None) => INSERT_ORDERED,
             (None, None) => INSERT_UNORDERED,
@@ -204,7 +230,7 @@ impl Outbox {
             .bind(id.as_uuid())
             .bind(event.event_type())
             .bind(version(&event))
-            .bind(event.event_payload().bytes())
+            .bind(payload.as_ref())
             .bind(event.event_payload().content_type())
             .bind(headers_json(event.event_headers()))
             .bind(event.event_correlation_id())
@@ -218,7 +244,7 @@ impl Outbox {
             Some(key) => query.bind(key).bind(self.idempotency_window.as_secs_f64()),
             None => query,
         };
-        let done = query.execute(&mut *conn).await?;
+        let done = query.bind(key_id.as_deref()).execute(&mut *conn).await?;
         if done.rows_affected() == 0 {
             let key = event.event_idempotency_key().unwrap_or_default();
             let existing = idempotency::existing(conn, event.event_type(), key).await?;
@@ -270,11 +296,14 @@ impl Outbox {
         let mut causations = Vec::with_capacity(n);
         let mut traces = Vec::with_capacity(n);
         let mut entities = Vec::with_capacity(n);
+        let mut key_ids = Vec::with_capacity(n);
         for event in &events {
+            let (payload, key_id) = self.seal(event)?;
+            payloads.push(payload);
+            key_ids.push(key_id);
             ids.push(*event.event_id().as_uuid());
             types.push(event.event_type());
             versions.push(version(event));
-            payloads.push(event.event_payload().bytes());
             content_types.push(event.event_payload().content_type());
             headers.push(headers_json(event.event_headers()));
             correlations.push(event.event_correlation_id());
@@ -282,6 +311,7 @@ impl Outbox {
             traces.push(event.event_traceparent());
             entities.push(event.event_entity());
         }
+        let payloads: Vec<&[u8]> = payloads.iter().map(AsRef::as_ref).collect();
         let done = sqlx::query(INSERT_MANY)
             .bind(&ids)
             .bind(&types)
@@ -293,6 +323,7 @@ impl Outbox {
             .bind(&causations)
             .bind(&traces)
             .bind(&entities)
+            .bind(&key_ids)
             .execute(&mut *conn)
             .await?;
         debug_assert_eq!(done.rows_affected(), n as u64);

@@ -32,6 +32,10 @@ pub enum Error {
         /// The refused event's position in an `enqueue_many` batch.
         index: Option<usize>,
     },
+    /// The payload could not be sealed: the cipher's key provider has no key for its own current
+    /// key id.
+    #[error("payload encryption failed: {0}")]
+    Encryption(#[from] outbox_core::CipherError),
     /// The database refused or failed a statement.
     #[error("database error: {}", DbMessage(.0))]
     Database(#[from] sqlx::Error),
@@ -63,7 +67,8 @@ impl Error {
             | Self::InvalidConfig(_)
             | Self::Corrupt(_)
             | Self::InvalidQuery { .. }
-            | Self::AlreadyEnqueued { .. } => FailureKind::Contract,
+            | Self::AlreadyEnqueued { .. }
+            | Self::Encryption(_) => FailureKind::Contract,
             Self::Database(e) => database_kind(e),
             Self::Migrate(_) => FailureKind::Transient,
         }
@@ -80,6 +85,7 @@ impl std::fmt::Debug for Error {
             Self::AlreadyEnqueued { event_id, index } => {
                 f.debug_struct("AlreadyEnqueued").field("event_id", event_id).field("index", index).finish()
             }
+            Self::Encryption(e) => f.debug_tuple("Encryption").field(e).finish(),
             Self::Database(e) => f.debug_tuple("Database").field(&RedactedSqlx(e)).finish(),
             Self::Migrate(e) => f.debug_tuple("Migrate").field(&format_args!("{e}")).finish(),
             Self::InvalidConfig(what) => f.debug_tuple("InvalidConfig").field(what).finish(),

@@ -33,17 +33,20 @@ macro_rules! take_key {
     };
 }
 
-/// An unordered event with a key (`$10`) and a window (`$11`): written only if the key was taken.
+/// An unordered event with a key (`$10`), a window (`$11`) and its payload's key id (`$12`):
+/// written only if the key was taken.
 pub(crate) const KEYED_UNORDERED: &str = concat!(
     take_key!("$10", "$11"),
     "
 INSERT INTO outbox_events
-    (id, event_type, event_version, payload, content_type, headers, correlation_id, causation_id, traceparent)
-SELECT $1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9 FROM key"
+    (id, event_type, event_version, payload, content_type, headers, correlation_id, causation_id, traceparent,
+     payload_key_id)
+SELECT $1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $12 FROM key"
 );
 
-/// An ordered event (entity `$10`) with a key (`$11`) and a window (`$12`): the entity's counter
-/// moves, and the event is written, only if the key was taken, so a refused key leaves no gap.
+/// An ordered event (entity `$10`) with a key (`$11`), a window (`$12`) and its payload's key id
+/// (`$13`): the entity's counter moves, and the event is written, only if the key was taken, so a
+/// refused key leaves no gap.
 pub(crate) const KEYED_ORDERED: &str = concat!(
     take_key!("$11", "$12"),
     ", next AS (
@@ -53,8 +56,8 @@ pub(crate) const KEYED_ORDERED: &str = concat!(
 )
 INSERT INTO outbox_events
     (id, event_type, event_version, payload, content_type, headers, correlation_id, causation_id, traceparent,
-     entity_key, seq)
-SELECT $1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10, next.last_seq FROM next"
+     entity_key, seq, payload_key_id)
+SELECT $1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10, next.last_seq, $13 FROM next"
 );
 
 /// The event that holds a live key.

@@ -4,7 +4,7 @@
 use std::time::{Duration, SystemTime};
 
 use chrono::{DateTime, Utc};
-use outbox_core::{Entity, Event, EventId, FailureKind, HeaderValue, Headers, Payload};
+use outbox_core::{CipherError, Entity, Event, EventId, FailureKind, HeaderValue, Headers, Payload, PayloadCipher};
 use sqlx::{PgPool, Row};
 use uuid::Uuid;
 
@@ -138,7 +138,7 @@ SET lease_owner = $3, claim_token = $4, attempts = o.attempts + 1,
     lease_until = now() + make_interval(secs => $5)
 WHERE o.ctid = ANY(ARRAY(SELECT tid FROM ready))
 RETURNING o.ctid::text AS tid, o.id, o.event_type, o.event_version, o.entity_key, o.seq, o.payload,
-          o.content_type, o.headers, o.correlation_id, o.causation_id, o.traceparent, o.created_at, o.attempts,
+          o.payload_key_id, o.content_type, o.headers, o.correlation_id, o.causation_id, o.traceparent, o.created_at, o.attempts,
           CASE WHEN o.id = ANY(ARRAY(SELECT id FROM locked WHERE was_owner IS NOT NULL))
                THEN (SELECT l.was_owner FROM locked l WHERE l.id = o.id) END AS taken_from";
 
@@ -212,15 +212,27 @@ fn headers_from_json(id: Uuid, value: serde_json::Value) -> Result<Headers> {
 /// The longest string an AMQP short string (message type, content type, correlation id) holds.
 const MAX_SHORT_STRING: usize = 255;
 
-fn event_from_row(row: &sqlx::postgres::PgRow) -> Result<Claimed> {
+fn event_from_row(row: &sqlx::postgres::PgRow, cipher: Option<&PayloadCipher>) -> Result<Claimed> {
     let id: Uuid = row.try_get("id")?;
-    decode_row(row, id).map_err(|e| match e {
+    decode_row(row, id, cipher).map_err(|e| match e {
         Error::CorruptRow { .. } => e,
         _ => Error::CorruptRow { id, what: "a column does not decode" },
     })
 }
 
-fn decode_row(row: &sqlx::postgres::PgRow, id: Uuid) -> Result<Claimed> {
+/// The payload in plain: opened with `cipher` if the row's payload is sealed.
+fn plain_payload(row: &sqlx::postgres::PgRow, id: Uuid, cipher: Option<&PayloadCipher>) -> Result<Vec<u8>> {
+    let stored: Vec<u8> = row.try_get("payload")?;
+    let Some(key_id) = row.try_get::<Option<String>, _>("payload_key_id")? else { return Ok(stored) };
+    let corrupt = |what| Error::CorruptRow { id, what };
+    let cipher = cipher.ok_or_else(|| corrupt("the payload is encrypted and this relay has no payload keys"))?;
+    cipher.open(EventId::from_uuid(id), &key_id, &stored).map_err(|e| match e {
+        CipherError::UnknownKey(_) => corrupt("the payload is encrypted with a key id this relay does not have"),
+        _ => corrupt("the encrypted payload failed authentication (changed, or another key)"),
+    })
+}
+
+fn decode_row(row: &sqlx::postgres::PgRow, id: Uuid, cipher: Option<&PayloadCipher>) -> Result<Claimed> {
     let corrupt = |what| Error::CorruptRow { id, what };
     let version: i64 = row.try_get("event_version")?;
     let entity_key: Option<String> = row.try_get("entity_key")?;
@@ -234,7 +246,7 @@ fn decode_row(row: &sqlx::postgres::PgRow, id: Uuid) -> Result<Claimed> {
     };
     let created_at: DateTime<Utc> = row.try_get("created_at")?;
     let attempts: i32 = row.try_get("attempts")?;
-    let payload = Payload::new(row.try_get::<Vec<u8>, _>("payload")?, row.try_get::<String, _>("content_type")?);
+    let payload = Payload::new(plain_payload(row, id, cipher)?, row.try_get::<String, _>("content_type")?);
     let event_type: String = row.try_get("event_type")?;
     let mut event = Event::new(EventId::from_uuid(id), event_type, payload, SystemTime::from(created_at));
     event.event_version = u32::try_from(version).map_err(|_| corrupt("event version out of range"))?;
@@ -279,6 +291,7 @@ pub(crate) async fn claim(
     owner: &str,
     token: Uuid,
     lease: Duration,
+    cipher: Option<&PayloadCipher>,
 ) -> Result<Taken> {
     let batch = i64::try_from(batch).unwrap_or(i64::MAX);
     let rows = sqlx::query(CLAIM)
@@ -298,7 +311,7 @@ pub(crate) async fn claim(
                 None => taken.taken_over.push((owner, 1)),
             }
         }
-        match event_from_row(row) {
+        match event_from_row(row, cipher) {
             Ok(claimed) => taken.rows.push(claimed),
             Err(Error::CorruptRow { id, what }) => {
                 let key: Option<String> = row.try_get("entity_key").ok().flatten();
@@ -443,7 +456,7 @@ mod tests {
         assert!(!plan.contains("Seq Scan"), "{plan}");
 
         let claimed =
-            claim(&pool, 500, 1, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim").rows;
+            claim(&pool, 500, 1, "relay-a", Uuid::new_v4(), Duration::from_secs(30), None).await.expect("claim").rows;
         let heads = entity_seqs(&claimed);
         let mut expected: Vec<(String, u64)> = (0..50).map(|n| (format!("order-{n}"), 100)).collect();
         expected.sort();
@@ -477,7 +490,7 @@ mod tests {
         let pool = relay_session(&db).await;
         for _ in 0..8 {
             let claimed =
-                claim(&pool, 500, 4, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim");
+                claim(&pool, 500, 4, "relay-a", Uuid::new_v4(), Duration::from_secs(30), None).await.expect("claim");
             assert!(claimed.rows.is_empty());
         }
         let (name, generic): (String, i64) = sqlx::query_as(
@@ -506,7 +519,8 @@ mod tests {
         let widest = widest_step(&plan[0]["Plan"]);
         assert!(widest <= 2000, "a step of the claim read {widest} rows:\n{plan:#}");
 
-        let claimed = claim(&pool, 500, 4, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim");
+        let claimed =
+            claim(&pool, 500, 4, "relay-a", Uuid::new_v4(), Duration::from_secs(30), None).await.expect("claim");
         let firsts = entity_seqs(&claimed.rows).into_iter().filter(|(_, seq)| *seq == 1).count();
         assert_eq!((claimed.rows.len(), firsts), (500, 200), "the first two or three events of each entity");
         pool.close().await;
@@ -538,7 +552,7 @@ mod tests {
         let pool = relay_session(&db).await;
 
         let claimed =
-            claim(&pool, 500, 1, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim").rows;
+            claim(&pool, 500, 1, "relay-a", Uuid::new_v4(), Duration::from_secs(30), None).await.expect("claim").rows;
         let got = entity_seqs(&claimed);
         assert_eq!(got, [("-".to_owned(), 0), ("-".to_owned(), 0), ("d".to_owned(), 2), ("e".to_owned(), 1)]);
 
@@ -553,7 +567,8 @@ mod tests {
         assert_eq!(deferred, [("b".to_owned(), 2, true), ("c".to_owned(), 1, false), ("c".to_owned(), 2, false)]);
 
         // Nothing more is ready until a predecessor is done.
-        let again = claim(&pool, 500, 1, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim").rows;
+        let again =
+            claim(&pool, 500, 1, "relay-a", Uuid::new_v4(), Duration::from_secs(30), None).await.expect("claim").rows;
         assert!(again.is_empty(), "{again:?}");
         pool.close().await;
         db.close().await.expect("drop database");
@@ -595,7 +610,7 @@ mod tests {
         let pool = relay_session(&db).await;
 
         let claimed =
-            claim(&pool, 500, 4, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim").rows;
+            claim(&pool, 500, 4, "relay-a", Uuid::new_v4(), Duration::from_secs(30), None).await.expect("claim").rows;
         let got = entity_seqs(&claimed);
         let expected: Vec<(String, u64)> = [("-", 0), ("-", 0), ("b", 1), ("b", 2), ("b", 3), ("b", 4), ("c", 2)]
             .into_iter()
@@ -607,7 +622,8 @@ mod tests {
         // Released by the other transaction, e is ready; a batch limit of three cuts its run to its
         // first three events. (c's next event waits behind c 2, claimed above.)
         other.rollback().await.expect("rollback");
-        let claimed = claim(&pool, 3, 4, "relay-a", Uuid::new_v4(), Duration::from_secs(30)).await.expect("claim").rows;
+        let claimed =
+            claim(&pool, 3, 4, "relay-a", Uuid::new_v4(), Duration::from_secs(30), None).await.expect("claim").rows;
         let got = entity_seqs(&claimed);
         assert_eq!(got, [("e".to_owned(), 1), ("e".to_owned(), 2), ("e".to_owned(), 3)]);
         pool.close().await;

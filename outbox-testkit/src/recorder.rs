@@ -29,6 +29,8 @@ pub struct Record {
     pub routing_key: String,
     /// Arrival time.
     pub arrived_at: Instant,
+    /// The message body.
+    pub payload: Vec<u8>,
 }
 
 /// Records every delivery of one queue (acking each), until dropped.
@@ -81,6 +83,7 @@ impl Recorder {
                     redelivered: delivery.redelivered,
                     routing_key: delivery.routing_key.as_str().to_owned(),
                     arrived_at: Instant::now(),
+                    payload: delivery.data.clone(),
                 };
                 if let Ok(mut s) = sink.lock() {
                     if let Some(id) = record.event_id {

@@ -54,6 +54,7 @@ pub(super) struct Settings {
     pub(super) summary_interval: Option<Duration>,
     pub(super) retention: Option<outbox_producer::Retention>,
     pub(super) retention_interval: Duration,
+    pub(super) cipher: Option<outbox_core::PayloadCipher>,
     #[cfg(feature = "fail-points")]
     pub(super) crash_at: Option<CrashPoint>,
 }
@@ -117,6 +118,7 @@ impl<P: Publisher> RelayBuilder<P> {
                 summary_interval: Some(defaults::SUMMARY_INTERVAL),
                 retention: None,
                 retention_interval: defaults::RETENTION_INTERVAL,
+                cipher: None,
                 #[cfg(feature = "fail-points")]
                 crash_at: None,
             },
@@ -317,6 +319,17 @@ impl<P: Publisher> RelayBuilder<P> {
     #[must_use]
     pub fn retention_interval(mut self, every: Duration) -> Self {
         self.settings.retention_interval = every.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Opens sealed payloads with `cipher` before publishing (the producer's `OutboxBuilder::cipher`
+    /// sealed them; the message carries the payload in plain, as always). A row sealed with a key
+    /// the cipher does not have, or whose sealed bytes fail authentication, is quarantined as a
+    /// contract failure and nothing of it is published. Defaults to none: sealed rows are then
+    /// quarantined the same way.
+    #[must_use]
+    pub fn cipher(mut self, cipher: outbox_core::PayloadCipher) -> Self {
+        self.settings.cipher = Some(cipher);
         self
     }
 
