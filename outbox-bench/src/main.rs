@@ -45,6 +45,7 @@ mod machine;
 mod process;
 mod producer;
 mod relay;
+mod sealed;
 
 use std::error::Error;
 

@@ -12,6 +12,8 @@
 //! - `enqueue_unordered`: the same update plus `Outbox::enqueue` of one event without entity key;
 //! - `enqueue_keyed`: as `enqueue`, the event with an idempotency key of its own (a fresh UUID, as
 //!   a request id would be), so the key is written beside the event;
+//! - `enqueue_sealed`: as `enqueue`, through an outbox that seals the payload (encryption at rest,
+//!   the benchmark's key);
 //! - `batch`: `Outbox::enqueue_many` of [`BATCH`] events per transaction, entity keys spread
 //!   over the orders (no business update: this measures the outbox write path alone).
 //!
@@ -97,6 +99,7 @@ enum Variant {
     Enqueue,
     EnqueueUnordered,
     EnqueueKeyed,
+    EnqueueSealed,
     Batch,
 }
 
@@ -108,6 +111,7 @@ impl Variant {
             Self::Enqueue => "enqueue",
             Self::EnqueueUnordered => "enqueue_unordered",
             Self::EnqueueKeyed => "enqueue_keyed",
+            Self::EnqueueSealed => "enqueue_sealed",
             Self::Batch => "batch",
         }
     }
@@ -115,7 +119,7 @@ impl Variant {
     fn events_per_transaction(self) -> u64 {
         match self {
             Self::Business => 0,
-            Self::RawInsert | Self::Enqueue | Self::EnqueueUnordered | Self::EnqueueKeyed => 1,
+            Self::RawInsert | Self::Enqueue | Self::EnqueueUnordered | Self::EnqueueKeyed | Self::EnqueueSealed => 1,
             Self::Batch => BATCH as u64,
         }
     }
@@ -150,7 +154,19 @@ async fn bench(db: &TestDb, plan: Plan) -> Result<(), BoxError> {
 
     let outcome = variants(admin, &clients, plan).await;
     clients.close().await;
-    let Rates { business, raw, ordered, unordered, keyed, batch, ratio, ratio_unordered, ratio_keyed } = outcome?;
+    let Rates {
+        business,
+        raw,
+        ordered,
+        unordered,
+        keyed,
+        sealed,
+        batch,
+        ratio,
+        ratio_unordered,
+        ratio_keyed,
+        ratio_sealed,
+    } = outcome?;
 
     figure("producer_clients", Value::Count(CLIENTS as u64), "clients");
     figure("producer_business_tps", Value::Rate(business), "tps");
@@ -158,9 +174,11 @@ async fn bench(db: &TestDb, plan: Plan) -> Result<(), BoxError> {
     figure("producer_enqueue_tps", Value::Rate(ordered), "tps");
     figure("producer_enqueue_unordered_tps", Value::Rate(unordered), "tps");
     figure("producer_enqueue_keyed_tps", Value::Rate(keyed), "tps");
+    figure("producer_enqueue_sealed_tps", Value::Rate(sealed), "tps");
     figure("producer_overhead_ratio", Value::Ratio(ratio), "x");
     figure("producer_overhead_unordered_ratio", Value::Ratio(ratio_unordered), "x");
     figure("producer_overhead_keyed_ratio", Value::Ratio(ratio_keyed), "x");
+    figure("producer_overhead_sealed_ratio", Value::Ratio(ratio_sealed), "x");
     figure("producer_batch_events_per_s", Value::Rate(batch), "events/s");
     comment("target: producer_overhead_ratio <= 1.3, producer_overhead_unordered_ratio <= 1.1");
     Ok(())
@@ -185,17 +203,19 @@ struct Rates {
     ordered: f64,
     unordered: f64,
     keyed: f64,
+    sealed: f64,
     batch: f64,
     ratio: f64,
     ratio_unordered: f64,
     ratio_keyed: f64,
+    ratio_sealed: f64,
 }
 
 /// Runs every variant and returns their rates and the overhead ratios.
 ///
 /// On this shared two-core machine a variant's rate drifts with whatever else runs, by 10 % and
-/// more within a minute. So the four variants the ratios are made of run in interleaved rounds
-/// (raw, ordered, unordered, keyed, raw, ...); each ratio is the median of the per-round ratios (both
+/// more within a minute. So the five variants the ratios are made of run in interleaved rounds
+/// (raw, ordered, unordered, keyed, sealed, raw, ...); each ratio is the median of the per-round ratios (both
 /// sides of a ratio measured seconds apart), and each rate the median of its rounds.
 async fn variants(admin: &PgPool, clients: &PgPool, plan: Plan) -> Result<Rates, BoxError> {
     let business = measure(admin, clients, plan, Variant::Business, 1).await?;
@@ -206,13 +226,16 @@ async fn variants(admin: &PgPool, clients: &PgPool, plan: Plan) -> Result<Rates,
     let notify = measure(admin, clients, plan, Variant::Enqueue, 1).await;
     sqlx::query(UNLISTEN).execute(admin).await?;
     figure("producer_enqueue_idle_relay_tps", Value::Rate(notify?), "tps");
-    let (mut raw, mut ordered, mut unordered, mut keyed) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let (mut ratio, mut ratio_unordered, mut ratio_keyed) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut raw, mut ordered, mut unordered, mut keyed, mut sealed) = (vec![], vec![], vec![], vec![], vec![]);
+    let (mut ratio, mut ratio_unordered, mut ratio_keyed, mut ratio_sealed) = (vec![], vec![], vec![], vec![]);
     for round in 1..=plan.rounds as u64 {
         let r = measure(admin, clients, plan, Variant::RawInsert, round).await?;
         let o = measure(admin, clients, plan, Variant::Enqueue, round).await?;
         let u = measure(admin, clients, plan, Variant::EnqueueUnordered, round).await?;
         let k = measure(admin, clients, plan, Variant::EnqueueKeyed, round).await?;
+        let s = measure(admin, clients, plan, Variant::EnqueueSealed, round).await?;
+        ratio_sealed.push(r / s);
+        sealed.push(s);
         ratio.push(r / o);
         ratio_unordered.push(r / u);
         ratio_keyed.push(r / k);
@@ -227,10 +250,12 @@ async fn variants(admin: &PgPool, clients: &PgPool, plan: Plan) -> Result<Rates,
         ordered: median(ordered),
         unordered: median(unordered),
         keyed: median(keyed),
+        sealed: median(sealed),
         batch,
         ratio: median(ratio),
         ratio_unordered: median(ratio_unordered),
         ratio_keyed: median(ratio_keyed),
+        ratio_sealed: median(ratio_sealed),
     })
 }
 
@@ -240,7 +265,10 @@ async fn measure(admin: &PgPool, clients: &PgPool, plan: Plan, variant: Variant,
     reset(admin).await?;
     let start = Instant::now() + plan.warmup;
     let end = start + plan.measure;
-    let outbox = Outbox::new();
+    let outbox = match variant {
+        Variant::EnqueueSealed => Outbox::builder().cipher(crate::sealed::cipher()).build(),
+        _ => Outbox::new(),
+    };
     let tasks = (0..CLIENTS).map(|client| {
         let pool = clients.clone();
         let outbox = outbox.clone();
@@ -314,6 +342,11 @@ async fn transaction(
                 .await?;
         }
         Variant::Enqueue => {
+            update(&mut tx, order).await?;
+            let event = event(order)?.entity(format!("order-{order}"));
+            outbox.enqueue(&mut tx, event).await?;
+        }
+        Variant::EnqueueSealed => {
             update(&mut tx, order).await?;
             let event = event(order)?.entity(format!("order-{order}"));
             outbox.enqueue(&mut tx, event).await?;

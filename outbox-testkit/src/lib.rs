@@ -116,6 +116,8 @@ mod guides {
     mod retention {}
     #[doc = include_str!("../../docs/scaling.md")]
     mod scaling {}
+    #[doc = include_str!("../../docs/security.md")]
+    mod security {}
     /// Arms crash points: compiled with the `fail-points` feature (on in `cargo test --workspace`).
     #[cfg(feature = "fail-points")]
     #[doc = include_str!("../../docs/testing.md")]

@@ -145,23 +145,34 @@ pub(super) struct Drain {
     pub(super) cpu: Spent,
 }
 
+/// What the relay process of a drain runs with.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct RelayChild {
+    /// The relay's gauge interval (0: no gauges), its default when `None`.
+    pub(super) gauge_interval_ms: Option<u64>,
+    /// Payloads sealed with the benchmark's key, opened by the relay.
+    pub(super) sealed: bool,
+}
+
 /// Fills a backlog, drains it with the relay process and returns its rate and the process's peak
 /// RSS.
-/// `gauge_interval_ms`: the relay's gauge interval (0: no gauges), its default when `None`.
 pub(super) async fn drain_in_child(
     db: &TestDb,
     target: Target<'_>,
     backlog: Backlog,
-    gauge_interval_ms: Option<u64>,
+    child: RelayChild,
 ) -> Result<Drain, BoxError> {
-    let filled = fill(db, backlog.events, backlog.entities).await?;
+    let filled = fill(db, backlog.events, backlog.entities, child.sealed).await?;
     target.purge().await?;
     let arrivals = Arrivals::start(target, backlog.events, false).await?;
     let outcome = async {
-        let interval = gauge_interval_ms.map(|ms| ms.to_string());
+        let interval = child.gauge_interval_ms.map(|ms| ms.to_string());
         let mut args = vec!["relay-process", "--exchange", target.exchange];
         if let Some(ms) = &interval {
             args.extend(["--gauge-interval-ms", ms]);
+        }
+        if child.sealed {
+            args.push("--sealed");
         }
         let mut process = Subprocess::spawn("the relay process", &args, &db.url(), target.url).await?;
         let meter = Meter::new(process.child.id().ok_or("the relay process has ended")?, APPLICATION_NAME);
@@ -193,7 +204,7 @@ pub(super) async fn drain_in_child(
 
 /// Fills a backlog, drains it with an in-process relay and returns events per second.
 pub(super) async fn drain_in_process(db: &TestDb, target: Target<'_>, backlog: Backlog) -> Result<f64, BoxError> {
-    let filled = fill(db, backlog.events, backlog.entities).await?;
+    let filled = fill(db, backlog.events, backlog.entities, false).await?;
     drain_filled(db, target, backlog, filled, None).await
 }
 

@@ -25,8 +25,10 @@ const PREPARE: &str = "VACUUM ANALYZE outbox_events, outbox_entity_sequences";
 /// belongs to entity `i % entities`, and [`FILLERS`] connections write at once, each the events of
 /// its own entities (so they never wait on each other's sequence counters), [`FILL_BATCH`] per
 /// transaction. Then brings the table to a comparable state. Returns how long the writing took.
-pub(super) async fn fill(db: &TestDb, total: u64, entities: u64) -> Result<Duration, BoxError> {
-    let took = enqueue_spread(db, total, entities, FILL_BATCH).await?;
+/// With `sealed`, the payloads are sealed with the benchmark's key.
+pub(super) async fn fill(db: &TestDb, total: u64, entities: u64, sealed: bool) -> Result<Duration, BoxError> {
+    let outbox = if sealed { Outbox::builder().cipher(crate::sealed::cipher()).build() } else { Outbox::new() };
+    let took = enqueue_spread_with(db, total, entities, FILL_BATCH, outbox).await?;
     sqlx::raw_sql(PREPARE).execute(db.pool()).await?;
     if let Err(e) = sqlx::raw_sql("CHECKPOINT").execute(db.pool()).await {
         comment(format_args!("CHECKPOINT skipped: {e}"));
@@ -42,6 +44,17 @@ pub(crate) async fn enqueue_spread(
     entities: u64,
     per_transaction: u64,
 ) -> Result<Duration, BoxError> {
+    enqueue_spread_with(db, total, entities, per_transaction, Outbox::new()).await
+}
+
+/// [`enqueue_spread`] through `outbox`.
+async fn enqueue_spread_with(
+    db: &TestDb,
+    total: u64,
+    entities: u64,
+    per_transaction: u64,
+    outbox: Outbox,
+) -> Result<Duration, BoxError> {
     let fillers = FILLERS.min(entities);
     let pool = PgPoolOptions::new()
         .max_connections(u32::try_from(fillers)?)
@@ -49,9 +62,8 @@ pub(crate) async fn enqueue_spread(
         .await?;
     let start = Instant::now();
     let tasks = (0..fillers).map(|filler| {
-        let pool = pool.clone();
+        let (pool, outbox) = (pool.clone(), outbox.clone());
         tokio::spawn(async move {
-            let outbox = Outbox::new();
             let mut conn = pool.acquire().await?;
             let mine: Vec<u64> = (filler..total).step_by(usize::try_from(fillers)?).collect();
             for chunk in mine.chunks(usize::try_from(per_transaction)?) {

@@ -63,7 +63,7 @@ use outbox_testkit::{TestBroker, TestDb};
 
 use self::ceiling::ceiling;
 pub(crate) use self::drain::ANY_PENDING;
-use self::drain::{drain_in_child, drain_in_process};
+use self::drain::{RelayChild, drain_in_child, drain_in_process};
 pub(crate) use self::fill::enqueue_spread;
 use self::latency::measure_latency;
 pub(crate) use self::process::{ProcessArgs, process};
@@ -199,6 +199,9 @@ async fn bench(broker: &TestBroker, plan: Plan) -> Result<(), BoxError> {
     if asked_for("gauges") {
         gauges_phase(target, plan).await?;
     }
+    if asked_for("sealed") {
+        sealed_phase(target, plan).await?;
+    }
     if asked_for("retention") {
         let old = if plan.drain.events < 100_000 { 100_000 } else { 1_000_000 };
         retention::retention_phase(target, plan, old).await?;
@@ -230,7 +233,7 @@ async fn drain_rounds(target: Target<'_>, plan: Plan, label: &str) -> Result<Rou
     let mut before = ceiling(target, plan.ceiling_messages).await?;
     let mut peak_rss_mib: f64 = 0.0;
     for round in 1..=plan.drain_rounds {
-        let drain = with_db(async |db| drain_in_child(db, target, plan.drain, None).await).await?;
+        let drain = with_db(async |db| drain_in_child(db, target, plan.drain, RelayChild::default()).await).await?;
         let after = ceiling(target, plan.ceiling_messages).await?;
         let ceiling = (before + after) / 2.0;
         let ratio = drain.rate / ceiling;
@@ -284,7 +287,8 @@ async fn gauges_phase(target: Target<'_>, plan: Plan) -> Result<(), BoxError> {
     let mut before = ceiling(target, plan.ceiling_messages).await?;
     for round in 1..=plan.drain_rounds {
         for (i, interval_ms) in [0, 1_000].into_iter().enumerate() {
-            let drain = with_db(async |db| drain_in_child(db, target, plan.drain, Some(interval_ms)).await).await?;
+            let child = RelayChild { gauge_interval_ms: Some(interval_ms), sealed: false };
+            let drain = with_db(async |db| drain_in_child(db, target, plan.drain, child).await).await?;
             let after = ceiling(target, plan.ceiling_messages).await?;
             let ratio = drain.rate / ((before + after) / 2.0);
             comment(format_args!("gauges round {round}, interval {interval_ms} ms (0: off): ratio {ratio:.3}"));
@@ -300,6 +304,30 @@ async fn gauges_phase(target: Target<'_>, plan: Plan) -> Result<(), BoxError> {
         let latency = with_db(async |db| measure_latency(db, target, plan, Some(interval_ms)).await).await?;
         figure(&format!("relay_latency_p50_ms_{suffix}"), Value::Millis(latency.p50), "ms");
         figure(&format!("relay_latency_p99_ms_{suffix}"), Value::Millis(latency.p99), "ms");
+    }
+    Ok(())
+}
+
+/// What encryption at rest costs, on request (`OUTBOX_BENCH_RELAY_PHASES=sealed`): drains of
+/// plain and of sealed payloads (the benchmark's key; the relay opens each before publishing),
+/// alternating, each against the ceilings on either side; the median ratio of each.
+async fn sealed_phase(target: Target<'_>, plan: Plan) -> Result<(), BoxError> {
+    let mut ratios: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    let mut before = ceiling(target, plan.ceiling_messages).await?;
+    for round in 1..=plan.drain_rounds {
+        for (i, sealed) in [false, true].into_iter().enumerate() {
+            let child = RelayChild { gauge_interval_ms: None, sealed };
+            let drain = with_db(async |db| drain_in_child(db, target, plan.drain, child).await).await?;
+            let after = ceiling(target, plan.ceiling_messages).await?;
+            let ratio = drain.rate / ((before + after) / 2.0);
+            comment(format_args!("sealed round {round}, sealed {sealed}: ratio {ratio:.3}"));
+            ratios[i].push(ratio);
+            before = after;
+        }
+    }
+    for (name, mut r) in ["relay_drain_ratio_sealed_off", "relay_drain_ratio_sealed_on"].into_iter().zip(ratios) {
+        r.sort_by(f64::total_cmp);
+        figure(name, Value::Ratio(r[r.len() / 2]), "x");
     }
     Ok(())
 }

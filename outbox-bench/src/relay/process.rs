@@ -24,6 +24,9 @@ pub(crate) struct ProcessArgs {
     /// default when not given).
     #[arg(long)]
     gauge_interval_ms: Option<u64>,
+    /// Open payloads sealed with the benchmark's key.
+    #[arg(long)]
+    sealed: bool,
 }
 
 /// The relay process: one relay with default settings (a pool of 4 connections, as `outbox relay`
@@ -40,6 +43,9 @@ pub(crate) async fn process(args: ProcessArgs) -> Result<(), BoxError> {
     );
     if let Some(ms) = args.gauge_interval_ms {
         relay = relay.gauge_interval(Some(std::time::Duration::from_millis(ms)));
+    }
+    if args.sealed {
+        relay = relay.cipher(crate::sealed::cipher());
     }
     let relay = relay.build()?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

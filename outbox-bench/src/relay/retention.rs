@@ -25,7 +25,7 @@ const COUNT_OLD: &str =
 
 /// One drain beside `old` old rows: events per second, and the old rows deleted meanwhile.
 async fn round(db: &TestDb, target: Target<'_>, plan: Plan, old: i64, retain: bool) -> Result<(f64, i64), BoxError> {
-    let filled = fill(db, plan.drain.events, plan.drain.entities).await?;
+    let filled = fill(db, plan.drain.events, plan.drain.entities, false).await?;
     sqlx::query(OLD_ROWS).bind(old).execute(db.pool()).await?;
     sqlx::raw_sql("VACUUM ANALYZE outbox_events").execute(db.pool()).await?;
     let retention =
