@@ -52,6 +52,9 @@ pub(crate) enum CliError {
     /// `OUTBOX_PAYLOAD_KEYS` does not read (the message names the entry's place, never a key).
     #[error("OUTBOX_PAYLOAD_KEYS: {0}")]
     PayloadKeys(#[from] outbox_core::CipherError),
+    /// `--payload` on a sealed payload without the keys.
+    #[error("the payload is sealed: set OUTBOX_PAYLOAD_KEYS to read it")]
+    SealedPayload,
     /// Reading or repairing an inbox failed (its message is redacted as the consumer's errors are).
     #[error("{0}")]
     Inbox(String),

@@ -41,6 +41,10 @@ pub(crate) async fn show(pool: &PgPool, id: EventId, with_payload: bool, json: b
     // A scrubbed payload is not printed as an empty one: the record says when it was cleared.
     let with_payload = with_payload && record.payload_scrubbed_at.is_none();
     let payload = if with_payload { admin::payload(pool, id).await? } else { None };
+    let payload = match (payload, &record.payload_key_id) {
+        (Some((sealed, content_type)), Some(key_id)) => Some((open(id, key_id, &sealed)?, content_type)),
+        (payload, _) => payload,
+    };
     if json {
         let mut v = to_json(&record);
         if let Some((bytes, content_type)) = &payload {
@@ -59,6 +63,21 @@ pub(crate) async fn show(pool: &PgPool, id: EventId, with_payload: bool, json: b
         }
     }
     Ok(())
+}
+
+/// Opens a sealed payload with the keys in `OUTBOX_PAYLOAD_KEYS`.
+fn open(id: EventId, key_id: &str, sealed: &[u8]) -> Result<Vec<u8>, CliError> {
+    let keys = outbox_core::Keyring::from_env("OUTBOX_PAYLOAD_KEYS")?.ok_or(CliError::SealedPayload)?;
+    Ok(outbox_core::PayloadCipher::new(keys).open(id, key_id, sealed)?)
+}
+
+/// Kept (in plain or sealed with a key), or scrubbed and when.
+fn payload_state(r: &EventRecord) -> String {
+    match (r.payload_scrubbed_at, &r.payload_key_id) {
+        (Some(t), _) => format!("scrubbed {}", time(Some(t))),
+        (None, Some(key)) => format!("kept, sealed with key {key}"),
+        (None, None) => "kept".to_owned(),
+    }
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -112,7 +131,7 @@ fn text(r: &EventRecord) -> String {
         ("quarantined", time(r.quarantined_at)),
         ("correlation id", r.correlation_id.clone().unwrap_or_else(|| "-".to_owned())),
         ("causation id", r.causation_id.clone().unwrap_or_else(|| "-".to_owned())),
-        ("payload", r.payload_scrubbed_at.map_or_else(|| "kept".to_owned(), |t| format!("scrubbed {}", time(Some(t))))),
+        ("payload", payload_state(r)),
     ];
     rows.iter().fold(String::new(), |mut out, (name, value)| {
         let _ = writeln!(out, "{name:<16}{value}");
@@ -161,5 +180,6 @@ pub(crate) fn to_json(r: &EventRecord) -> Value {
         "correlation_id": r.correlation_id,
         "causation_id": r.causation_id,
         "payload_scrubbed_at": r.payload_scrubbed_at.map(|t| t.to_rfc3339()),
+        "payload_key_id": r.payload_key_id,
     })
 }

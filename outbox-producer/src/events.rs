@@ -30,6 +30,7 @@ struct RecordRow {
     correlation_id: Option<String>,
     causation_id: Option<String>,
     payload_scrubbed_at: Option<DateTime<Utc>>,
+    payload_key_id: Option<String>,
     last_seq: Option<i64>,
 }
 
@@ -40,7 +41,8 @@ macro_rules! select {
 SELECT e.id, e.event_type, e.event_version, e.entity_key, e.seq, e.status, e.attempts, e.last_error_kind,
        e.last_error, e.created_at, e.published_at, e.quarantined_at,
        CASE WHEN e.next_attempt_at = 'infinity' THEN NULL ELSE e.next_attempt_at END AS next_attempt,
-       e.lease_owner, e.lease_until, e.correlation_id, e.causation_id, e.payload_scrubbed_at, s.last_seq
+       e.lease_owner, e.lease_until, e.correlation_id, e.causation_id, e.payload_scrubbed_at,
+       e.payload_key_id, s.last_seq
 FROM outbox_events e LEFT JOIN outbox_entity_sequences s ON s.entity_key = e.entity_key "
     };
 }
@@ -88,6 +90,8 @@ pub struct EventRecord {
     pub causation_id: Option<String>,
     /// When retention cleared the payload (the row stays until it is deleted).
     pub payload_scrubbed_at: Option<DateTime<Utc>>,
+    /// The id of the key the payload is sealed with (encryption at rest), if it is.
+    pub payload_key_id: Option<String>,
 }
 
 impl TryFrom<RecordRow> for EventRecord {
@@ -113,6 +117,7 @@ impl TryFrom<RecordRow> for EventRecord {
             correlation_id: r.correlation_id,
             causation_id: r.causation_id,
             payload_scrubbed_at: r.payload_scrubbed_at,
+            payload_key_id: r.payload_key_id,
         })
     }
 }

@@ -15,7 +15,11 @@ pub const AT_ONCE: Duration = Duration::from_secs(20);
 /// The `outbox` binary with none of the variables it reads inherited from the test's environment.
 pub fn outbox() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_outbox"));
-    cmd.env_remove("DATABASE_URL").env_remove("AMQP_URL").env_remove("RUST_BACKTRACE").env("RUST_LOG", "info");
+    cmd.env_remove("DATABASE_URL")
+        .env_remove("AMQP_URL")
+        .env_remove("OUTBOX_PAYLOAD_KEYS")
+        .env_remove("RUST_BACKTRACE");
+    cmd.env("RUST_LOG", "info");
     cmd
 }
 
