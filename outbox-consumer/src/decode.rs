@@ -1,8 +1,8 @@
 //! From a received message (the wire contract's neutral form) to an [`Event`], with every check a
 //! consumer needs before handing it to the inbox.
 
-use outbox_core::wire::{self, DecodeError, WireMessage};
-use outbox_core::{Event, HeaderValue, Headers};
+use outbox_core::wire::{self, DecodeError, HEADER_PAYLOAD_KEY, WireMessage};
+use outbox_core::{CipherError, Event, HeaderValue, Headers, Payload, PayloadCipher};
 
 /// Why a delivery was not handed to the inbox. It is dead-lettered with [`DeliveryError::code`] as
 /// its reason and acked; the consumer keeps running. Messages never quote the body.
@@ -26,6 +26,10 @@ pub enum DeliveryError {
         /// The maximum.
         max: usize,
     },
+    /// The payload is sealed (end-to-end encryption) and cannot be opened: no keys configured, a
+    /// key id this consumer does not have, or a payload that fails authentication.
+    #[error("the payload is sealed and cannot be opened: {0}")]
+    Sealed(SealedError),
     /// The headers are larger than the consumer accepts.
     #[error("headers are {size} bytes, more than the maximum of {max}")]
     HeadersTooLarge {
@@ -45,8 +49,24 @@ impl DeliveryError {
             Self::UnparsablePayload(_) => "unparsable_payload",
             Self::PayloadTooLarge { .. } => "payload_too_large",
             Self::HeadersTooLarge { .. } => "headers_too_large",
+            Self::Sealed(_) => "sealed_payload",
         }
     }
+}
+
+/// Why a sealed payload was not opened.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SealedError {
+    /// The consumer has no payload keys (`InboxRunnerBuilder::cipher`).
+    #[error("this consumer has no payload keys")]
+    NoKeys,
+    /// The key id header is not a string.
+    #[error("the key id header is not a string")]
+    KeyIdNotString,
+    /// The keys do not open it.
+    #[error("{0}")]
+    Cipher(#[from] CipherError),
 }
 
 /// What a consumer accepts. Defaults: `application/json` payloads (checked to parse) of at most
@@ -56,6 +76,7 @@ pub struct DeliveryLimits {
     pub(crate) content_types: Vec<String>,
     pub(crate) max_payload_bytes: usize,
     pub(crate) max_header_bytes: usize,
+    pub(crate) cipher: Option<PayloadCipher>,
 }
 
 impl Default for DeliveryLimits {
@@ -64,6 +85,7 @@ impl Default for DeliveryLimits {
             content_types: vec![outbox_core::CONTENT_TYPE_JSON.to_owned()],
             max_payload_bytes: 1024 * 1024,
             max_header_bytes: 64 * 1024,
+            cipher: None,
         }
     }
 }
@@ -87,6 +109,15 @@ impl DeliveryLimits {
     #[must_use]
     pub fn max_header_bytes(mut self, bytes: usize) -> Self {
         self.max_header_bytes = bytes;
+        self
+    }
+
+    /// Opens payloads the relay forwarded sealed (end-to-end encryption, header
+    /// `x-outbox-payload-key`) with `cipher` before any other check. Without one, a sealed
+    /// delivery is dead-lettered (`sealed_payload`). `InboxRunnerBuilder::cipher` sets it.
+    #[must_use]
+    pub fn cipher(mut self, cipher: PayloadCipher) -> Self {
+        self.cipher = Some(cipher);
         self
     }
 }
@@ -124,7 +155,14 @@ pub fn decode_delivery(message: WireMessage, limits: &DeliveryLimits) -> Result<
     if message.body.len() > limits.max_payload_bytes {
         return Err(DeliveryError::PayloadTooLarge { size: message.body.len(), max: limits.max_payload_bytes });
     }
-    let event = wire::decode(message)?;
+    let mut event = wire::decode(message)?;
+    if let Some(key_id) = event.headers.remove(HEADER_PAYLOAD_KEY) {
+        let key_id = key_id.as_str().ok_or(DeliveryError::Sealed(SealedError::KeyIdNotString))?.to_owned();
+        let cipher = limits.cipher.as_ref().ok_or(DeliveryError::Sealed(SealedError::NoKeys))?;
+        let plain =
+            cipher.open(event.id, &key_id, event.payload.bytes()).map_err(|e| DeliveryError::Sealed(e.into()))?;
+        event.payload = Payload::new(plain, event.payload.content_type());
+    }
     let content_type = event.payload.content_type();
     if !limits.content_types.iter().any(|c| c == content_type) {
         return Err(DeliveryError::UnknownContentType(content_type.chars().take(64).collect()));

@@ -59,7 +59,7 @@ mod otel;
 pub mod retention;
 mod runner;
 
-pub use decode::{DeliveryError, DeliveryLimits, decode_delivery};
+pub use decode::{DeliveryError, DeliveryLimits, SealedError, decode_delivery};
 pub use error::{Error, HandlerError, HandlerErrorKind, Result};
 pub use inbox::{InboxLayer, InboxRequest, InboxService, Outcome, StartPolicy};
 pub use migrate::{MIGRATIONS_TABLE, migrate, migrator};

@@ -14,3 +14,6 @@ pub const HEADER_CAUSATION_ID: &str = "x-causation-id";
 pub const HEADER_CREATED_AT_MS: &str = "x-created-at-ms";
 /// Header carrying the W3C trace context.
 pub const HEADER_TRACEPARENT: &str = "traceparent";
+/// Header carrying the id of the key an end-to-end sealed payload is sealed with (the body is then
+/// the sealed bytes; see `PayloadCipher`). Absent when the payload is in plain.
+pub const HEADER_PAYLOAD_KEY: &str = "x-outbox-payload-key";

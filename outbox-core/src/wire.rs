@@ -40,7 +40,8 @@ use crate::{Entity, Event, EventId, HeaderValue, Headers, Payload};
 /// Version of the contract implemented here.
 pub const CONTRACT_VERSION: u32 = 1;
 pub use crate::header_names::{
-    HEADER_CAUSATION_ID, HEADER_CREATED_AT_MS, HEADER_ENTITY, HEADER_EVENT_VERSION, HEADER_SEQ, HEADER_TRACEPARENT,
+    HEADER_CAUSATION_ID, HEADER_CREATED_AT_MS, HEADER_ENTITY, HEADER_EVENT_VERSION, HEADER_PAYLOAD_KEY, HEADER_SEQ,
+    HEADER_TRACEPARENT,
 };
 /// AMQP `delivery_mode` of persistent messages.
 pub const PERSISTENT: u8 = 2;

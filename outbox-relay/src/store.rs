@@ -212,27 +212,41 @@ fn headers_from_json(id: Uuid, value: serde_json::Value) -> Result<Headers> {
 /// The longest string an AMQP short string (message type, content type, correlation id) holds.
 const MAX_SHORT_STRING: usize = 255;
 
-fn event_from_row(row: &sqlx::postgres::PgRow, cipher: Option<&PayloadCipher>) -> Result<Claimed> {
+fn event_from_row(row: &sqlx::postgres::PgRow, sealed: Sealed<'_>) -> Result<Claimed> {
     let id: Uuid = row.try_get("id")?;
-    decode_row(row, id, cipher).map_err(|e| match e {
+    decode_row(row, id, sealed).map_err(|e| match e {
         Error::CorruptRow { .. } => e,
         _ => Error::CorruptRow { id, what: "a column does not decode" },
     })
 }
 
-/// The payload in plain: opened with `cipher` if the row's payload is sealed.
-fn plain_payload(row: &sqlx::postgres::PgRow, id: Uuid, cipher: Option<&PayloadCipher>) -> Result<Vec<u8>> {
-    let stored: Vec<u8> = row.try_get("payload")?;
-    let Some(key_id) = row.try_get::<Option<String>, _>("payload_key_id")? else { return Ok(stored) };
-    let corrupt = |what| Error::CorruptRow { id, what };
-    let cipher = cipher.ok_or_else(|| corrupt("the payload is encrypted and this relay has no payload keys"))?;
-    cipher.open(EventId::from_uuid(id), &key_id, &stored).map_err(|e| match e {
-        CipherError::UnknownKey(_) => corrupt("the payload is encrypted with a key id this relay does not have"),
-        _ => corrupt("the encrypted payload failed authentication (changed, or another key)"),
-    })
+/// What the relay does with sealed payloads.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Sealed<'a> {
+    /// Opens them with this cipher (none: every sealed row is quarantined).
+    Open(Option<&'a PayloadCipher>),
+    /// Publishes them sealed, with the key id in a header, for the consumer to open.
+    Forward,
 }
 
-fn decode_row(row: &sqlx::postgres::PgRow, id: Uuid, cipher: Option<&PayloadCipher>) -> Result<Claimed> {
+/// The payload to publish and, for a payload forwarded sealed, its key id.
+fn payload_of(row: &sqlx::postgres::PgRow, id: Uuid, sealed: Sealed<'_>) -> Result<(Vec<u8>, Option<String>)> {
+    let stored: Vec<u8> = row.try_get("payload")?;
+    let Some(key_id) = row.try_get::<Option<String>, _>("payload_key_id")? else { return Ok((stored, None)) };
+    let cipher = match sealed {
+        Sealed::Forward => return Ok((stored, Some(key_id))),
+        Sealed::Open(cipher) => cipher,
+    };
+    let corrupt = |what| Error::CorruptRow { id, what };
+    let cipher = cipher.ok_or_else(|| corrupt("the payload is encrypted and this relay has no payload keys"))?;
+    let plain = cipher.open(EventId::from_uuid(id), &key_id, &stored).map_err(|e| match e {
+        CipherError::UnknownKey(_) => corrupt("the payload is encrypted with a key id this relay does not have"),
+        _ => corrupt("the encrypted payload failed authentication (changed, or another key)"),
+    })?;
+    Ok((plain, None))
+}
+
+fn decode_row(row: &sqlx::postgres::PgRow, id: Uuid, sealed: Sealed<'_>) -> Result<Claimed> {
     let corrupt = |what| Error::CorruptRow { id, what };
     let version: i64 = row.try_get("event_version")?;
     let entity_key: Option<String> = row.try_get("entity_key")?;
@@ -246,7 +260,8 @@ fn decode_row(row: &sqlx::postgres::PgRow, id: Uuid, cipher: Option<&PayloadCiph
     };
     let created_at: DateTime<Utc> = row.try_get("created_at")?;
     let attempts: i32 = row.try_get("attempts")?;
-    let payload = Payload::new(plain_payload(row, id, cipher)?, row.try_get::<String, _>("content_type")?);
+    let (body, forwarded_key) = payload_of(row, id, sealed)?;
+    let payload = Payload::new(body, row.try_get::<String, _>("content_type")?);
     let event_type: String = row.try_get("event_type")?;
     let mut event = Event::new(EventId::from_uuid(id), event_type, payload, SystemTime::from(created_at));
     event.event_version = u32::try_from(version).map_err(|_| corrupt("event version out of range"))?;
@@ -255,6 +270,9 @@ fn decode_row(row: &sqlx::postgres::PgRow, id: Uuid, cipher: Option<&PayloadCiph
     event.causation_id = row.try_get("causation_id")?;
     event.traceparent = row.try_get("traceparent")?;
     event.headers = headers_from_json(id, row.try_get("headers")?)?;
+    if let Some(key_id) = forwarded_key {
+        event.headers.insert(outbox_core::wire::HEADER_PAYLOAD_KEY.to_owned(), HeaderValue::String(key_id));
+    }
     // Rows written by SQL rather than `enqueue` skip validation; these would not fit the message.
     let short = [Some(event.event_type.as_str()), Some(event.payload.content_type()), event.correlation_id.as_deref()];
     if short.into_iter().flatten().any(|s| s.len() > MAX_SHORT_STRING) {
@@ -291,7 +309,7 @@ pub(crate) async fn claim(
     owner: &str,
     token: Uuid,
     lease: Duration,
-    cipher: Option<&PayloadCipher>,
+    sealed: Sealed<'_>,
 ) -> Result<Taken> {
     let batch = i64::try_from(batch).unwrap_or(i64::MAX);
     let rows = sqlx::query(CLAIM)
@@ -311,7 +329,7 @@ pub(crate) async fn claim(
                 None => taken.taken_over.push((owner, 1)),
             }
         }
-        match event_from_row(row, cipher) {
+        match event_from_row(row, sealed) {
             Ok(claimed) => taken.rows.push(claimed),
             Err(Error::CorruptRow { id, what }) => {
                 let key: Option<String> = row.try_get("entity_key").ok().flatten();
@@ -455,8 +473,10 @@ mod tests {
         assert!(!plan.contains("Bitmap"), "{plan}");
         assert!(!plan.contains("Seq Scan"), "{plan}");
 
-        let claimed =
-            claim(&pool, 500, 1, "relay-a", Uuid::new_v4(), Duration::from_secs(30), None).await.expect("claim").rows;
+        let claimed = claim(&pool, 500, 1, "relay-a", Uuid::new_v4(), Duration::from_secs(30), Sealed::Open(None))
+            .await
+            .expect("claim")
+            .rows;
         let heads = entity_seqs(&claimed);
         let mut expected: Vec<(String, u64)> = (0..50).map(|n| (format!("order-{n}"), 100)).collect();
         expected.sort();
@@ -489,8 +509,9 @@ mod tests {
             .expect("autovacuum off");
         let pool = relay_session(&db).await;
         for _ in 0..8 {
-            let claimed =
-                claim(&pool, 500, 4, "relay-a", Uuid::new_v4(), Duration::from_secs(30), None).await.expect("claim");
+            let claimed = claim(&pool, 500, 4, "relay-a", Uuid::new_v4(), Duration::from_secs(30), Sealed::Open(None))
+                .await
+                .expect("claim");
             assert!(claimed.rows.is_empty());
         }
         let (name, generic): (String, i64) = sqlx::query_as(
@@ -519,8 +540,9 @@ mod tests {
         let widest = widest_step(&plan[0]["Plan"]);
         assert!(widest <= 2000, "a step of the claim read {widest} rows:\n{plan:#}");
 
-        let claimed =
-            claim(&pool, 500, 4, "relay-a", Uuid::new_v4(), Duration::from_secs(30), None).await.expect("claim");
+        let claimed = claim(&pool, 500, 4, "relay-a", Uuid::new_v4(), Duration::from_secs(30), Sealed::Open(None))
+            .await
+            .expect("claim");
         let firsts = entity_seqs(&claimed.rows).into_iter().filter(|(_, seq)| *seq == 1).count();
         assert_eq!((claimed.rows.len(), firsts), (500, 200), "the first two or three events of each entity");
         pool.close().await;
@@ -551,8 +573,10 @@ mod tests {
         .expect("fill");
         let pool = relay_session(&db).await;
 
-        let claimed =
-            claim(&pool, 500, 1, "relay-a", Uuid::new_v4(), Duration::from_secs(30), None).await.expect("claim").rows;
+        let claimed = claim(&pool, 500, 1, "relay-a", Uuid::new_v4(), Duration::from_secs(30), Sealed::Open(None))
+            .await
+            .expect("claim")
+            .rows;
         let got = entity_seqs(&claimed);
         assert_eq!(got, [("-".to_owned(), 0), ("-".to_owned(), 0), ("d".to_owned(), 2), ("e".to_owned(), 1)]);
 
@@ -567,8 +591,10 @@ mod tests {
         assert_eq!(deferred, [("b".to_owned(), 2, true), ("c".to_owned(), 1, false), ("c".to_owned(), 2, false)]);
 
         // Nothing more is ready until a predecessor is done.
-        let again =
-            claim(&pool, 500, 1, "relay-a", Uuid::new_v4(), Duration::from_secs(30), None).await.expect("claim").rows;
+        let again = claim(&pool, 500, 1, "relay-a", Uuid::new_v4(), Duration::from_secs(30), Sealed::Open(None))
+            .await
+            .expect("claim")
+            .rows;
         assert!(again.is_empty(), "{again:?}");
         pool.close().await;
         db.close().await.expect("drop database");
@@ -609,8 +635,10 @@ mod tests {
         .expect("lock");
         let pool = relay_session(&db).await;
 
-        let claimed =
-            claim(&pool, 500, 4, "relay-a", Uuid::new_v4(), Duration::from_secs(30), None).await.expect("claim").rows;
+        let claimed = claim(&pool, 500, 4, "relay-a", Uuid::new_v4(), Duration::from_secs(30), Sealed::Open(None))
+            .await
+            .expect("claim")
+            .rows;
         let got = entity_seqs(&claimed);
         let expected: Vec<(String, u64)> = [("-", 0), ("-", 0), ("b", 1), ("b", 2), ("b", 3), ("b", 4), ("c", 2)]
             .into_iter()
@@ -622,8 +650,10 @@ mod tests {
         // Released by the other transaction, e is ready; a batch limit of three cuts its run to its
         // first three events. (c's next event waits behind c 2, claimed above.)
         other.rollback().await.expect("rollback");
-        let claimed =
-            claim(&pool, 3, 4, "relay-a", Uuid::new_v4(), Duration::from_secs(30), None).await.expect("claim").rows;
+        let claimed = claim(&pool, 3, 4, "relay-a", Uuid::new_v4(), Duration::from_secs(30), Sealed::Open(None))
+            .await
+            .expect("claim")
+            .rows;
         let got = entity_seqs(&claimed);
         assert_eq!(got, [("e".to_owned(), 1), ("e".to_owned(), 2), ("e".to_owned(), 3)]);
         pool.close().await;

@@ -41,7 +41,7 @@ async fn lock_failed(
         Some(key) => store::lock_entity(tx, consumer, &key, 0).await?,
         None => 0,
     };
-    match store::stored(tx, consumer, id).await? {
+    match store::stored(tx, consumer, id, store::Opening::Keep).await? {
         Some((status, event)) if status == "failed" => Ok(Some((event, last))),
         _ => Ok(None),
     }

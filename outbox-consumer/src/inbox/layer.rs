@@ -27,13 +27,14 @@ pub struct InboxLayer {
     pool: PgPool,
     consumer: Arc<str>,
     start: StartPolicy,
+    cipher: Option<outbox_core::PayloadCipher>,
 }
 
 impl InboxLayer {
     /// An inbox in `pool` for the consumer named `consumer` (its rows are scoped by this name).
     pub fn new(pool: PgPool, consumer: impl Into<String>) -> Self {
         crate::metrics::describe();
-        Self { pool, consumer: Arc::from(consumer.into()), start: StartPolicy::default() }
+        Self { pool, consumer: Arc::from(consumer.into()), start: StartPolicy::default(), cipher: None }
     }
 
     /// Sets where an entity's numbering starts for this consumer. Defaults to
@@ -43,12 +44,27 @@ impl InboxLayer {
         self.start = policy;
         self
     }
+
+    /// Seals the payloads the inbox keeps (events parked ahead of a gap, events that failed) with
+    /// `cipher`, and opens them when they are handled. A kept payload that does not open is a
+    /// corrupt row: it stays where it is and the error says so. Defaults to none (kept in plain).
+    #[must_use]
+    pub fn cipher(mut self, cipher: outbox_core::PayloadCipher) -> Self {
+        self.cipher = Some(cipher);
+        self
+    }
 }
 
 impl<S> Layer<S> for InboxLayer {
     type Service = InboxService<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        InboxService { inner, pool: self.pool.clone(), consumer: self.consumer.clone(), start: self.start }
+        InboxService {
+            inner,
+            pool: self.pool.clone(),
+            consumer: self.consumer.clone(),
+            start: self.start,
+            cipher: self.cipher.clone(),
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! Events that arrived ahead of their entity's next: held back, then applied in order when their
 //! gap fills (right after the predecessor, or by the periodic sweep).
 
-use outbox_core::Event;
+use outbox_core::{Event, PayloadCipher};
 use tower::Service;
 
 use super::{InboxRequest, InboxService, Outcome, store};
@@ -13,6 +13,7 @@ use crate::Result;
 pub(super) async fn hold_back(
     tx: &mut sqlx::PgConnection,
     consumer: &str,
+    cipher: Option<&PayloadCipher>,
     event: &Event,
     last: i64,
 ) -> Result<Option<Outcome>> {
@@ -23,7 +24,7 @@ pub(super) async fn hold_back(
         return Ok(Some(Outcome::Stale));
     }
     if seq > last + 1 {
-        store::store_content(tx, consumer, event, "parked", None).await?;
+        store::store_content(tx, consumer, event, "parked", None, cipher).await?;
         tracing::debug!(event_id = %event.id, entity = %entity.key, seq, last, "inbox.parked");
         return Ok(Some(Outcome::Parked));
     }
@@ -64,7 +65,7 @@ where
         let consumer = &*self.consumer;
         let mut tx = self.pool.begin().await?;
         let last = store::lock_entity(&mut tx, consumer, key, 0).await?;
-        let Some(event) = store::parked_at(&mut tx, consumer, key, last + 1).await? else {
+        let Some(event) = store::parked_at(&mut tx, consumer, key, last + 1, self.cipher.as_ref()).await? else {
             tx.rollback().await?;
             return Ok(None);
         };

@@ -5,7 +5,8 @@ use outbox_core::Event;
 use tower::Service;
 
 use super::parked::hold_back;
-use super::{InboxRequest, InboxService, Outcome, store};
+use super::store::{self, Opening};
+use super::{InboxRequest, InboxService, Outcome};
 use crate::{Error, Result};
 
 impl<S> InboxService<S>
@@ -26,7 +27,8 @@ where
         if let Some(entity) = &event.entity {
             store::lock_entity(&mut tx, &self.consumer, &entity.key, 0).await?;
         }
-        store::store_content(&mut tx, &self.consumer, event, "failed", Some(&error.to_string())).await?;
+        let error = error.to_string();
+        store::store_content(&mut tx, &self.consumer, event, "failed", Some(&error), self.cipher.as_ref()).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -66,7 +68,9 @@ where
     /// A database error.
     pub async fn skip_failed(&self, id: outbox_core::EventId) -> Result<Option<usize>> {
         let mut tx = self.pool.begin().await?;
-        let Some((status, event)) = store::stored(&mut tx, &self.consumer, id).await? else { return Ok(None) };
+        let Some((status, event)) = store::stored(&mut tx, &self.consumer, id, Opening::Keep).await? else {
+            return Ok(None);
+        };
         if status != "failed" {
             return Ok(None);
         }
@@ -106,7 +110,8 @@ where
         let consumer = &*self.consumer;
         let mut inner = self.inner.clone();
         let mut tx = self.pool.begin().await?;
-        let Some((status, event)) = store::stored(&mut tx, consumer, id).await? else {
+        let opening = Opening::With(self.cipher.as_ref());
+        let Some((status, event)) = store::stored(&mut tx, consumer, id, opening).await? else {
             return Ok(None);
         };
         if status != "failed" {
@@ -117,7 +122,7 @@ where
                 let last = store::lock_entity(&mut tx, consumer, &entity.key, 0).await?;
                 // Stale if an operator moved the entity past it (a skipped gap); parked like any
                 // early event if it is not its entity's next yet.
-                if let Some(held) = hold_back(&mut tx, consumer, &event, last).await? {
+                if let Some(held) = hold_back(&mut tx, consumer, self.cipher.as_ref(), &event, last).await? {
                     tx.commit().await?;
                     return Ok(Some(held));
                 }

@@ -27,6 +27,7 @@ pub struct InboxService<S> {
     pub(super) pool: PgPool,
     pub(super) consumer: Arc<str>,
     pub(super) start: StartPolicy,
+    pub(super) cipher: Option<outbox_core::PayloadCipher>,
 }
 
 /// Turns whatever the handler stack returned into the inbox's error.
@@ -107,7 +108,7 @@ where
             return Ok(Outcome::Duplicate);
         }
         if let Some(last) = last
-            && let Some(held) = hold_back(&mut tx, consumer, &event, last).await?
+            && let Some(held) = hold_back(&mut tx, consumer, self.cipher.as_ref(), &event, last).await?
         {
             tx.commit().await?;
             return Ok(held);
@@ -170,7 +171,7 @@ where
                 continue;
             }
             if let (Some(entity), Some(last)) = (&event.entity, last) {
-                if let Some(held) = hold_back(&mut tx, consumer, &event, last).await? {
+                if let Some(held) = hold_back(&mut tx, consumer, self.cipher.as_ref(), &event, last).await? {
                     outcomes.push(held);
                     continue;
                 }

@@ -3,7 +3,7 @@
 use std::time::SystemTime;
 
 use chrono::{DateTime, Utc};
-use outbox_core::{Entity, Event, EventId, Headers, Payload};
+use outbox_core::{Entity, Event, EventId, Headers, Payload, PayloadCipher};
 use sqlx::{PgConnection, Row};
 use uuid::Uuid;
 
@@ -154,17 +154,29 @@ pub(crate) async fn store_content(
     event: &Event,
     status: &str,
     error: Option<&str>,
+    cipher: Option<&PayloadCipher>,
 ) -> Result<()> {
+    let (payload, key_id) = match cipher {
+        Some(cipher) => {
+            let (key_id, sealed) = cipher
+                .seal(event.id, event.payload.bytes())
+                .map_err(|_| Error::Config("the payload cipher has no key for its current key id"))?;
+            (std::borrow::Cow::Owned(sealed), Some(key_id))
+        }
+        None => (std::borrow::Cow::Borrowed(event.payload.bytes()), None),
+    };
     sqlx::query(
         "INSERT INTO inbox_events (consumer, event_id, entity_key, seq, status, attempts, last_error, event_type,
-                                   event_version, content_type, payload, headers, correlation_id, causation_id, created_at)
-         VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+                                   event_version, content_type, payload, headers, correlation_id, causation_id, created_at,
+                                   payload_key_id)
+         VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
          ON CONFLICT (consumer, event_id) DO UPDATE SET
              status = EXCLUDED.status, last_error = EXCLUDED.last_error, processed_at = NULL,
              attempts = inbox_events.attempts + 1, event_type = EXCLUDED.event_type,
              event_version = EXCLUDED.event_version, content_type = EXCLUDED.content_type,
              payload = EXCLUDED.payload, headers = EXCLUDED.headers, correlation_id = EXCLUDED.correlation_id,
-             causation_id = EXCLUDED.causation_id, created_at = EXCLUDED.created_at",
+             causation_id = EXCLUDED.causation_id, created_at = EXCLUDED.created_at,
+             payload_key_id = EXCLUDED.payload_key_id",
     )
     .bind(consumer)
     .bind(event.id.as_uuid())
@@ -175,11 +187,12 @@ pub(crate) async fn store_content(
     .bind(&event.event_type)
     .bind(i64::from(event.event_version))
     .bind(event.payload.content_type())
-    .bind(event.payload.bytes())
+    .bind(payload.as_ref())
     .bind(headers_json(event))
     .bind(event.correlation_id.as_deref())
     .bind(event.causation_id.as_deref())
     .bind(DateTime::<Utc>::from(event.created_at))
+    .bind(key_id)
     .execute(conn)
     .await?;
     Ok(())
@@ -200,7 +213,30 @@ pub(crate) async fn mark_processed(conn: &mut PgConnection, consumer: &str, id: 
     Ok(())
 }
 
-fn event_from_row(row: &sqlx::postgres::PgRow) -> Result<Event> {
+/// What reading a stored event does with a sealed payload.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Opening<'a> {
+    /// Opens it for the handler with this cipher; without one (or if it does not open) the row
+    /// is corrupt.
+    With(Option<&'a PayloadCipher>),
+    /// Leaves it sealed: the reader (an operator's request) never hands the payload on.
+    Keep,
+}
+
+/// The stored payload, opened as `opening` says.
+fn stored_payload(row: &sqlx::postgres::PgRow, id: Uuid, opening: Opening<'_>) -> Result<Vec<u8>> {
+    let stored = row.try_get::<Option<Vec<u8>>, _>("payload")?.ok_or(Error::CorruptRow(id, "no payload"))?;
+    let key_id: Option<String> = row.try_get("payload_key_id")?;
+    match (key_id, opening) {
+        (None, _) | (Some(_), Opening::Keep) => Ok(stored),
+        (Some(_), Opening::With(None)) => Err(Error::CorruptRow(id, "a sealed payload and no payload keys")),
+        (Some(key_id), Opening::With(Some(cipher))) => cipher
+            .open(EventId::from_uuid(id), &key_id, &stored)
+            .map_err(|_| Error::CorruptRow(id, "a sealed payload that does not open with the payload keys")),
+    }
+}
+
+fn event_from_row(row: &sqlx::postgres::PgRow, opening: Opening<'_>) -> Result<Event> {
     let id: Uuid = row.try_get("event_id")?;
     let corrupt = |what| Error::CorruptRow(id, what);
     let key: Option<String> = row.try_get("entity_key")?;
@@ -218,7 +254,7 @@ fn event_from_row(row: &sqlx::postgres::PgRow) -> Result<Event> {
     let created: Option<DateTime<Utc>> = row.try_get("created_at")?;
     let event_type = row.try_get::<Option<String>, _>("event_type")?.ok_or_else(|| corrupt("no event type"))?;
     let payload = Payload::new(
-        row.try_get::<Option<Vec<u8>>, _>("payload")?.ok_or_else(|| corrupt("no payload"))?,
+        stored_payload(row, id, opening)?,
         row.try_get::<Option<String>, _>("content_type")?.ok_or_else(|| corrupt("no content type"))?,
     );
     let created_at = created.map(SystemTime::from).ok_or_else(|| corrupt("no creation time"))?;
@@ -236,27 +272,38 @@ fn event_from_row(row: &sqlx::postgres::PgRow) -> Result<Event> {
 }
 
 const STORED_COLUMNS: &str = "event_id, entity_key, seq, event_type, event_version, content_type, payload, headers, \
-                              correlation_id, causation_id, created_at";
+                              correlation_id, causation_id, created_at, payload_key_id";
 
 /// The parked event that is next for the entity, locked.
-pub(crate) async fn parked_at(conn: &mut PgConnection, consumer: &str, key: &str, seq: i64) -> Result<Option<Event>> {
+pub(crate) async fn parked_at(
+    conn: &mut PgConnection,
+    consumer: &str,
+    key: &str,
+    seq: i64,
+    cipher: Option<&PayloadCipher>,
+) -> Result<Option<Event>> {
     let sql = format!(
         "SELECT {STORED_COLUMNS} FROM inbox_events
          WHERE consumer = $1 AND entity_key = $2 AND seq = $3 AND status = 'parked' FOR UPDATE"
     );
     let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(consumer).bind(key).bind(seq).fetch_optional(conn).await?;
-    row.as_ref().map(event_from_row).transpose()
+    row.as_ref().map(|row| event_from_row(row, Opening::With(cipher))).transpose()
 }
 
 /// A stored (failed or parked) event by id.
-pub(crate) async fn stored(conn: &mut PgConnection, consumer: &str, id: EventId) -> Result<Option<(String, Event)>> {
+pub(crate) async fn stored(
+    conn: &mut PgConnection,
+    consumer: &str,
+    id: EventId,
+    opening: Opening<'_>,
+) -> Result<Option<(String, Event)>> {
     let sql = format!(
         "SELECT status, {STORED_COLUMNS} FROM inbox_events
          WHERE consumer = $1 AND event_id = $2 AND status IN ('parked', 'failed') FOR UPDATE"
     );
     let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(consumer).bind(id.as_uuid()).fetch_optional(conn).await?;
     match row {
-        Some(r) => Ok(Some((r.try_get("status")?, event_from_row(&r)?))),
+        Some(r) => Ok(Some((r.try_get("status")?, event_from_row(&r, opening)?))),
         None => Ok(None),
     }
 }

@@ -199,6 +199,15 @@ impl<S> InboxRunnerBuilder<S> {
         self
     }
 
+    /// Opens payloads sealed end to end (a relay with `end_to_end(true)`) with `cipher`; a
+    /// delivery that does not open is dead-lettered (`sealed_payload`). Set after
+    /// [`InboxRunnerBuilder::limits`], which would replace it. Defaults to none.
+    #[must_use]
+    pub fn cipher(mut self, cipher: outbox_core::PayloadCipher) -> Self {
+        self.settings.limits = std::mem::take(&mut self.settings.limits).cipher(cipher);
+        self
+    }
+
     /// Sets how often parked events whose gap has filled are swept (a safety net: they are normally
     /// applied right after their predecessor). Defaults to 5 s.
     #[must_use]

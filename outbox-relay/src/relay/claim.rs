@@ -19,16 +19,9 @@ impl<P: Publisher> Relay<P> {
         let claimed = {
             let _one_at_a_time = self.shared.claiming.lock().await;
             let started = Instant::now();
-            let taken = store::claim(
-                &self.shared.pool,
-                limit,
-                s.events_per_entity,
-                &s.relay_id,
-                token,
-                s.lease,
-                s.cipher.as_ref(),
-            )
-            .await?;
+            let taken =
+                store::claim(&self.shared.pool, limit, s.events_per_entity, &s.relay_id, token, s.lease, s.sealed())
+                    .await?;
             metrics::histogram!(crate::metrics::CLAIM_SECONDS).record(started.elapsed().as_secs_f64());
             self.report_takeovers(&taken.taken_over);
             self.set_aside_corrupt(taken, token).await?

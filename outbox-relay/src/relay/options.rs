@@ -55,11 +55,17 @@ pub(super) struct Settings {
     pub(super) retention: Option<outbox_producer::Retention>,
     pub(super) retention_interval: Duration,
     pub(super) cipher: Option<outbox_core::PayloadCipher>,
+    pub(super) end_to_end: bool,
     #[cfg(feature = "fail-points")]
     pub(super) crash_at: Option<CrashPoint>,
 }
 
 impl Settings {
+    /// What the claim does with sealed payloads.
+    pub(super) fn sealed(&self) -> crate::store::Sealed<'_> {
+        if self.end_to_end { crate::store::Sealed::Forward } else { crate::store::Sealed::Open(self.cipher.as_ref()) }
+    }
+
     /// Full batches the confirm window holds: each may be recording its outcome while the next
     /// ones are claimed, so the relay's pool has two connections per batch (and three more for the
     /// claim, the listener and housekeeping).
@@ -119,6 +125,7 @@ impl<P: Publisher> RelayBuilder<P> {
                 retention: None,
                 retention_interval: defaults::RETENTION_INTERVAL,
                 cipher: None,
+                end_to_end: false,
                 #[cfg(feature = "fail-points")]
                 crash_at: None,
             },
@@ -330,6 +337,16 @@ impl<P: Publisher> RelayBuilder<P> {
     #[must_use]
     pub fn cipher(mut self, cipher: outbox_core::PayloadCipher) -> Self {
         self.settings.cipher = Some(cipher);
+        self
+    }
+
+    /// Publishes sealed payloads as they are stored (end-to-end encryption): the message body is
+    /// the sealed bytes and the header `x-outbox-payload-key` names the key; a consumer whose
+    /// runner has the keys (`InboxRunnerBuilder::cipher`) opens them. The relay then needs no key.
+    /// Plain rows go out as always. Defaults to `false`: the relay opens sealed payloads.
+    #[must_use]
+    pub fn end_to_end(mut self, on: bool) -> Self {
+        self.settings.end_to_end = on;
         self
     }
 
