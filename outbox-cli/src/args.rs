@@ -192,6 +192,11 @@ pub(crate) struct RelayArgs {
     /// --retention deletes it; shorter than --retention. Off unless given.
     #[arg(long, value_parser = repair::age)]
     pub(crate) scrub_payload_after: Option<Duration>,
+    /// Publish sealed payloads sealed (end-to-end encryption; consumers open them), with the key
+    /// id in the header x-outbox-payload-key. Without it, the relay opens them with the keys in
+    /// OUTBOX_PAYLOAD_KEYS.
+    #[arg(long)]
+    pub(crate) end_to_end: bool,
     /// Run no retention in this relay (another relay or `outbox cleanup` does it).
     #[arg(long)]
     pub(crate) no_retention: bool,

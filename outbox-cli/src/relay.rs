@@ -87,6 +87,7 @@ fn relay(db: PgConnectOptions, publisher: AmqpPublisher, args: RelayArgs) -> Res
     if let Some(keys) = outbox_core::Keyring::from_env(PAYLOAD_KEYS)? {
         builder = builder.cipher(outbox_core::PayloadCipher::new(keys));
     }
+    builder = builder.end_to_end(args.end_to_end);
     Ok(builder.build()?)
 }
 
