@@ -28,9 +28,10 @@
 --           `GRANT SELECT, INSERT, UPDATE ON shipments TO outbox_consumer`.
 -- producer  outbox_events: INSERT; outbox_entity_sequences: SELECT, INSERT, UPDATE (the counter
 --           upsert reads the number it takes); outbox_relay_listeners: SELECT (the commit trigger
---           looks for a waiting relay); outbox_idempotency_keys: SELECT, INSERT, UPDATE (keyed
---           enqueue takes a key, or an expired one over). Grant these to the application's own role, or grant the
---           producer role to it: `GRANT outbox_producer TO orders_app`.
+--           looks for a waiting relay); outbox_idempotency_keys: SELECT, INSERT, UPDATE, DELETE
+--           (keyed enqueue takes a key, or an expired one over; a refused batch gives back the keys
+--           it took). Grant these to the application's own role, or grant the producer role to it:
+--           `GRANT outbox_producer TO orders_app`.
 --
 -- The operator commands (`outbox status`, `events`, `quarantine`, `inbox`, `migrate`) run as the
 -- owner of the tables.
@@ -99,7 +100,7 @@ BEGIN
         ('outbox_events',           roles[3], 'INSERT'),
         ('outbox_entity_sequences', roles[3], 'SELECT, INSERT, UPDATE'),
         ('outbox_relay_listeners',  roles[3], 'SELECT'),
-        ('outbox_idempotency_keys', roles[3], 'SELECT, INSERT, UPDATE')
+        ('outbox_idempotency_keys', roles[3], 'SELECT, INSERT, UPDATE, DELETE')
     ) AS v(tbl, role, privileges) WHERE to_regclass(v.tbl) IS NOT NULL LOOP
         EXECUTE format('GRANT %s ON %I TO %I', g.privileges, g.tbl, g.role);
     END LOOP;

@@ -20,10 +20,12 @@ SELECT (SELECT count(*) FROM outbox_events
        (SELECT count(*) FROM outbox_events
         WHERE status = 'skipped' AND quarantined_at < now() - make_interval(secs => $1))";
 
-/// Published rows whose payload a scrub at this age (`$1` seconds) would clear.
+/// Published rows whose payload a scrub at this age (`$1` seconds) would clear, of those the
+/// deletion at `$2` seconds leaves (the deletion runs first).
 const SCRUBBABLE: &str = "\
 SELECT count(*) FROM outbox_events
-WHERE status = 'published' AND published_at < now() - make_interval(secs => $1) AND payload_scrubbed_at IS NULL";
+WHERE status = 'published' AND published_at < now() - make_interval(secs => $1)
+  AND published_at >= now() - make_interval(secs => $2) AND payload_scrubbed_at IS NULL";
 
 /// Runs `outbox cleanup`.
 ///
@@ -34,7 +36,10 @@ pub(crate) async fn run(pool: &PgPool, args: CleanupArgs) -> Result<(), CliError
         sqlx::query_as(OUTBOX_PRUNABLE).bind(args.older_than.as_secs_f64()).fetch_one(pool).await?;
     let outbox_rows = published + if args.include_skipped { skipped } else { 0 };
     let scrubbable: Option<i64> = match args.scrub_payload_after {
-        Some(age) => Some(sqlx::query_scalar(SCRUBBABLE).bind(age.as_secs_f64()).fetch_one(pool).await?),
+        Some(age) => {
+            let query = sqlx::query_scalar(SCRUBBABLE).bind(age.as_secs_f64()).bind(args.older_than.as_secs_f64());
+            Some(query.fetch_one(pool).await?)
+        }
         None => None,
     };
     let inbox = match (&args.inbox, args.dedup_window) {
@@ -68,11 +73,11 @@ pub(crate) async fn run(pool: &PgPool, args: CleanupArgs) -> Result<(), CliError
         retention = retention.scrub_payload_after(age);
     }
     let retention = retention.build()?;
+    let outbox_done = report("outbox rows", outbox_rows, args.json, |p| outbox(pool, &retention, p)).await?;
     let scrubbed = match scrubbable {
         Some(n) => Some(scrub(pool, &retention, n, args.json).await?),
         None => None,
     };
-    let outbox_done = report("outbox rows", outbox_rows, args.json, |p| outbox(pool, &retention, p)).await?;
     let mut inbox_done = None;
     if let Some((consumer, window, n)) = inbox {
         let what = format!("processed event ids of {consumer}");

@@ -119,7 +119,8 @@ async fn cleanup_refuses_what_it_cannot_use() {
 }
 
 /// `--scrub-payload-after`: the payload of old published rows is cleared, the rows stay, and
-/// `outbox events show` says when; a scrub age not shorter than the deletion age is refused.
+/// `outbox events show` says when; rows old enough to delete are deleted, not scrubbed first; a
+/// scrub age not shorter than the deletion age is refused.
 #[tokio::test]
 async fn cleanup_scrubs_old_payloads_and_show_says_when() {
     let db = TestDb::new().await.expect("db");
@@ -127,18 +128,19 @@ async fn cleanup_scrubs_old_payloads_and_show_says_when() {
         "INSERT INTO outbox_events (id, event_type, event_version, payload, content_type, status, published_at)
                   SELECT gen_random_uuid(), 't', 1, convert_to('SECRET-' || i, 'UTF8'), 'text/plain', 'published',
                          now() - make_interval(days => i)
-                  FROM generate_series(0, 3) AS i";
+                  FROM generate_series(0, 9) AS i";
     sqlx::raw_sql(insert).execute(db.pool()).await.expect("rows");
     let url = db.url();
     let args = ["cleanup", "--older-than", "7d", "--scrub-payload-after", "1d"];
     let dry = run(&url, &[&args[..], &["--dry-run"]].concat()).await;
     let out = String::from_utf8_lossy(&dry.stdout);
-    assert!(out.contains("would scrub the payload of 3 published row(s)"), "{out}");
+    assert!(out.contains("would scrub the payload of 6 published row(s)"), "{out}");
+    assert!(out.contains("would delete 3 outbox row(s)"), "{out}");
 
     let done = run(&url, &args).await;
     let out = String::from_utf8_lossy(&done.stdout);
     assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
-    assert!(out.contains("scrubbed the payload of 3 published row(s)"), "{out}");
+    assert!(out.contains("scrubbed the payload of 6 published row(s)"), "{out}");
     let plain: i64 =
         sqlx::query_scalar("SELECT count(*) FROM outbox_events WHERE position('SECRET'::bytea in payload) > 0")
             .fetch_one(db.pool())
@@ -147,7 +149,8 @@ async fn cleanup_scrubs_old_payloads_and_show_says_when() {
     assert_eq!(plain, 1, "only the row published today keeps its payload");
     assert_eq!(
         sqlx::query_scalar::<_, i64>("SELECT count(*) FROM outbox_events").fetch_one(db.pool()).await.ok(),
-        Some(4)
+        Some(7),
+        "the rows of days 7 to 9 deleted, the others kept"
     );
 
     let id: uuid::Uuid =

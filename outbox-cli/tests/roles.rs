@@ -127,6 +127,20 @@ async fn enqueue(producer: &PgPool, batch: usize) {
     tx.commit().await.expect("commit");
 }
 
+/// A batch with a fresh key and a taken one, as the producer role: refused, committed anyway,
+/// it writes no event and leaves the fresh key free.
+async fn refused_batch_gives_back_its_keys(producer: &PgPool, owner: &PgPool) {
+    let batch = ["request-fresh", "request-2-1"]
+        .map(|key| NewEvent::json("order.placed", &1).expect("json").idempotency_key(key));
+    let mut tx = producer.begin().await.expect("begin");
+    let refused = Outbox::new().enqueue_many(&mut *tx, batch).await;
+    assert!(matches!(refused, Err(outbox_producer::Error::AlreadyEnqueued { index: Some(1), .. })), "{refused:?}");
+    tx.commit().await.expect("commit");
+    let key = "SELECT count(*) FROM outbox_idempotency_keys WHERE idempotency_key = 'request-fresh'";
+    assert_eq!(count(owner, key).await, 0, "the fresh key given back");
+    assert_eq!(count(owner, "SELECT count(*) FROM outbox_events").await, 2 * EVENTS as i64, "no event written");
+}
+
 /// The consumer's handler: one shipment per order, in the inbox's transaction.
 async fn ship(mut req: InboxRequest) -> Result<InboxRequest, HandlerError> {
     let entity = req.event().entity.clone().ok_or_else(|| HandlerError::permanent("no entity"))?;
@@ -190,6 +204,7 @@ async fn each_role_does_its_part_and_nothing_else() {
     let refused = Outbox::new().enqueue(&mut *tx, again).await;
     assert!(matches!(refused, Err(outbox_producer::Error::AlreadyEnqueued { .. })), "{refused:?}");
     tx.commit().await.expect("commit");
+    refused_batch_gives_back_its_keys(&producer, h.pool()).await;
     h.recorder().wait_for_count(2 * EVENTS, NOTIFIED).await.expect("the second batch published on notification");
 
     let relay_pool = roles.pool(&roles.relay).await;

@@ -2,7 +2,7 @@
 //! consumer needs before handing it to the inbox.
 
 use outbox_core::wire::{self, DecodeError, HEADER_PAYLOAD_KEY, WireMessage};
-use outbox_core::{CipherError, Event, HeaderValue, Headers, Payload, PayloadCipher};
+use outbox_core::{CipherError, Event, HeaderValue, Headers, Payload, PayloadCipher, SEAL_OVERHEAD};
 
 /// Why a delivery was not handed to the inbox. It is dead-lettered with [`DeliveryError::code`] as
 /// its reason and acked; the consumer keeps running. Messages never quote the body.
@@ -152,7 +152,8 @@ pub fn decode_delivery(message: WireMessage, limits: &DeliveryLimits) -> Result<
     if size > limits.max_header_bytes {
         return Err(DeliveryError::HeadersTooLarge { size, max: limits.max_header_bytes });
     }
-    if message.body.len() > limits.max_payload_bytes {
+    // Before anything is opened, a sealed body may be longer than the plain payload by its seal.
+    if message.body.len() > limits.max_payload_bytes.saturating_add(SEAL_OVERHEAD) {
         return Err(DeliveryError::PayloadTooLarge { size: message.body.len(), max: limits.max_payload_bytes });
     }
     let mut event = wire::decode(message)?;
@@ -163,6 +164,10 @@ pub fn decode_delivery(message: WireMessage, limits: &DeliveryLimits) -> Result<
             cipher.open(event.id, &key_id, event.payload.bytes()).map_err(|e| DeliveryError::Sealed(e.into()))?;
         event.payload = Payload::new(plain, event.payload.content_type());
     }
+    let size = event.payload.bytes().len();
+    if size > limits.max_payload_bytes {
+        return Err(DeliveryError::PayloadTooLarge { size, max: limits.max_payload_bytes });
+    }
     let content_type = event.payload.content_type();
     if !limits.content_types.iter().any(|c| c == content_type) {
         return Err(DeliveryError::UnknownContentType(content_type.chars().take(64).collect()));
@@ -171,4 +176,37 @@ pub fn decode_delivery(message: WireMessage, limits: &DeliveryLimits) -> Result<
         return Err(DeliveryError::UnparsablePayload(content_type.to_owned()));
     }
     Ok(event)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::SystemTime;
+
+    use outbox_core::{EventId, Keyring};
+
+    use super::*;
+
+    /// A sealed delivery whose plain payload is `len` bytes.
+    fn sealed(cipher: &PayloadCipher, len: usize) -> WireMessage {
+        let id = EventId::new();
+        let (key_id, body) = cipher.seal(id, &vec![b'x'; len]).expect("seal");
+        let mut event = Event::new(id, "t", Payload::new(body, "text/plain"), SystemTime::now());
+        event.headers.insert(HEADER_PAYLOAD_KEY.to_owned(), HeaderValue::from(key_id.as_str()));
+        wire::encode(&event, None)
+    }
+
+    /// The size limit is the plain payload's: a sealed one at the limit passes, one byte over fails.
+    #[test]
+    fn the_size_limit_applies_to_the_opened_payload() {
+        let cipher = PayloadCipher::new(Keyring::new("k1", [7; outbox_core::KEY_BYTES]).expect("keyring"));
+        let limits =
+            DeliveryLimits::default().max_payload_bytes(100).accept_content_type("text/plain").cipher(cipher.clone());
+        let event = decode_delivery(sealed(&cipher, 100), &limits).expect("at the limit");
+        assert_eq!(event.payload.bytes().len(), 100);
+        let over = decode_delivery(sealed(&cipher, 101), &limits);
+        assert!(matches!(over, Err(DeliveryError::PayloadTooLarge { max: 100, .. })), "{over:?}");
+        let plain = Event::new(EventId::new(), "t", Payload::new(vec![b'x'; 120], "text/plain"), SystemTime::now());
+        let over = decode_delivery(wire::encode(&plain, None), &limits);
+        assert!(matches!(over, Err(DeliveryError::PayloadTooLarge { size: 120, max: 100 })), "{over:?}");
+    }
 }

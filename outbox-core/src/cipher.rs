@@ -23,6 +23,8 @@ pub const KEY_BYTES: usize = 32;
 const NONCE_BYTES: usize = 24;
 /// Bytes of the authentication tag at the end of each sealed payload.
 const TAG_BYTES: usize = 16;
+/// Bytes a sealed payload has beyond its plain one (nonce and tag).
+pub const SEAL_OVERHEAD: usize = NONCE_BYTES + TAG_BYTES;
 /// The longest key id (it is stored with each row and sent as a header).
 const MAX_KEY_ID: usize = 64;
 

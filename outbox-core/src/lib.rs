@@ -43,7 +43,7 @@ mod validate;
 pub mod wire;
 
 pub use backoff::Backoff;
-pub use cipher::{CipherError, KEY_BYTES, KeyProvider, Keyring, PayloadCipher};
+pub use cipher::{CipherError, KEY_BYTES, KeyProvider, Keyring, PayloadCipher, SEAL_OVERHEAD};
 pub use error::{EventError, Result};
 pub use event::{CONTENT_TYPE_JSON, Entity, Event, Payload};
 pub use failure::FailureKind;

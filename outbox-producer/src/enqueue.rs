@@ -282,7 +282,6 @@ impl Outbox {
         if events.is_empty() {
             return Ok(Vec::new());
         }
-        idempotency::take_batch_keys(conn, &events, self.idempotency_window).await?;
         #[cfg(feature = "otel")]
         let events = crate::otel::with_current_trace_all(events);
         let n = events.len();
@@ -311,6 +310,8 @@ impl Outbox {
             traces.push(event.event_traceparent());
             entities.push(event.event_entity());
         }
+        // Keys are taken once every payload is sealed: a batch refused before its insert holds no key.
+        idempotency::take_batch_keys(conn, &events, self.idempotency_window).await?;
         let payloads: Vec<&[u8]> = payloads.iter().map(AsRef::as_ref).collect();
         let done = sqlx::query(INSERT_MANY)
             .bind(&ids)

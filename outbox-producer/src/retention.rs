@@ -43,7 +43,9 @@ DELETE FROM outbox_events o USING doomed WHERE o.id = doomed.id AND o.status = '
 
 /// Clears the payload of published rows older than `$1` seconds, oldest first, at most `$2`. The
 /// batch starts at the newest row scrubbed so far (`outbox_events_scrubbed`), so it walks only over
-/// rows still to scrub on `outbox_events_published`.
+/// rows still to scrub on `outbox_events_published`. It waits for locked rows rather than skipping
+/// them: two cleaners take the same rows in the same order, so the second finds them scrubbed (or,
+/// if the first rolled back, scrubs them itself), and the mark never passes a row left unscrubbed.
 const SCRUB_PUBLISHED: &str = "\
 WITH mark AS (
     SELECT coalesce(max(published_at), '-infinity') AS since FROM outbox_events WHERE payload_scrubbed_at IS NOT NULL
@@ -53,9 +55,9 @@ WITH mark AS (
       AND o.published_at < now() - make_interval(secs => $1) AND o.payload_scrubbed_at IS NULL
     ORDER BY o.published_at
     LIMIT $2
-    FOR UPDATE OF o SKIP LOCKED
+    FOR UPDATE OF o
 )
-UPDATE outbox_events o SET payload = ''::bytea, payload_scrubbed_at = now()
+UPDATE outbox_events o SET payload = ''::bytea, payload_key_id = NULL, payload_scrubbed_at = now()
 FROM doomed WHERE o.id = doomed.id AND o.status = 'published'";
 
 /// Deletes expired idempotency keys, oldest first, at most `$1`.

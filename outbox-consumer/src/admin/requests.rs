@@ -88,7 +88,7 @@ pub async fn skip_failed(pool: &PgPool, consumer: &str, id: EventId, reason: Opt
         }
     }
     sqlx::query(
-        "UPDATE inbox_events SET status = 'skipped', processed_at = now(), payload = NULL,
+        "UPDATE inbox_events SET status = 'skipped', processed_at = now(), payload = NULL, payload_key_id = NULL,
                 last_error = coalesce(last_error, '') || ' (skipped by an operator' || coalesce(': ' || $3, '') || ')'
          WHERE consumer = $1 AND event_id = $2",
     )

@@ -75,7 +75,7 @@ where
             return Ok(None);
         }
         sqlx::query(
-            "UPDATE inbox_events SET status = 'skipped', processed_at = now(), payload = NULL,
+            "UPDATE inbox_events SET status = 'skipped', processed_at = now(), payload = NULL, payload_key_id = NULL,
                     last_error = coalesce(last_error, '') || ' (skipped by an operator)'
              WHERE consumer = $1 AND event_id = $2",
         )

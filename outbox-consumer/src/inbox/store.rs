@@ -203,7 +203,7 @@ pub(crate) async fn mark_processed(conn: &mut PgConnection, consumer: &str, id: 
     sqlx::query(
         "UPDATE inbox_events SET status = 'processed', processed_at = now(), last_error = NULL, payload = NULL,
                 headers = NULL, event_type = NULL, event_version = NULL, content_type = NULL,
-                correlation_id = NULL, causation_id = NULL, created_at = NULL
+                correlation_id = NULL, causation_id = NULL, created_at = NULL, payload_key_id = NULL
          WHERE consumer = $1 AND event_id = $2",
     )
     .bind(consumer)
