@@ -125,3 +125,50 @@ async fn scrubs_only_old_published_payloads_and_keeps_their_rows() {
     assert_eq!(week.run(pool).await.expect("run"), 3);
     db.close().await.expect("cleanup");
 }
+
+/// A row another transaction holds is waited for, not skipped: once the holder lets go it is
+/// scrubbed with the others, and later batches, which start at the newest scrubbed row, never leave
+/// it behind.
+#[tokio::test]
+async fn a_scrub_waits_for_a_held_row_and_leaves_none_behind() {
+    let db = TestDb::new().await.expect("db");
+    let pool = db.pool().clone();
+    enqueue(&pool, "old", 3).await;
+    sqlx::query(
+        "UPDATE outbox_events SET status = 'published', published_at = now() - interval '3 days' + seq * interval '1 minute'
+         WHERE entity_key = 'old'",
+    )
+    .execute(&pool)
+    .await
+    .expect("published three days ago, one minute apart");
+    let mut holder = pool.begin().await.expect("begin");
+    sqlx::query("SELECT 1 FROM outbox_events WHERE entity_key = 'old' AND seq = 1 FOR UPDATE")
+        .execute(&mut *holder)
+        .await
+        .expect("hold the oldest row");
+
+    let day = Duration::from_secs(86_400);
+    let retention = Retention::builder(7 * day).scrub_payload_after(day).build().expect("retention");
+    let scrub = tokio::spawn({
+        let (retention, pool) = (retention.clone(), pool.clone());
+        async move { retention.scrub_batch(&pool).await }
+    });
+    let waiting =
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'";
+    outbox_testkit::wait_for("the scrub to wait for the held row, or to end", Duration::from_secs(60), || async {
+        let n: i64 = sqlx::query_scalar(waiting).fetch_one(&pool).await.ok()?;
+        (n > 0 || scrub.is_finished()).then_some(())
+    })
+    .await
+    .expect("waiting or done");
+    holder.rollback().await.expect("let go");
+    scrub.await.expect("join").expect("scrub");
+    retention.scrub_batch(&pool).await.expect("a later batch");
+
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_events WHERE payload_scrubbed_at IS NULL")
+        .fetch_one(&pool)
+        .await
+        .expect("count");
+    assert_eq!(left, 0, "no row left unscrubbed behind the mark");
+    db.close().await.expect("cleanup");
+}
