@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use outbox_core::{EventError, EventId, NewEvent};
+use outbox_core::{EventError, EventId, KEY_BYTES, KeyProvider, NewEvent, PayloadCipher};
 use outbox_producer::{Error, Outbox, Retention};
 use outbox_testkit::TestDb;
 use sqlx::PgPool;
@@ -127,6 +127,37 @@ async fn a_batch_with_a_taken_key_writes_nothing() {
         .await
         .expect("seqs");
     assert_eq!(seqs, vec![1, 2], "the refused batch took no number");
+    db.close().await.expect("cleanup");
+}
+
+/// A key provider that lost its current key: nothing can be sealed.
+struct LostKey;
+
+impl KeyProvider for LostKey {
+    fn current_key_id(&self) -> &str {
+        "gone"
+    }
+
+    fn key(&self, _: &str) -> Option<[u8; KEY_BYTES]> {
+        None
+    }
+}
+
+/// A batch whose payloads cannot be sealed fails before it takes a key: committed anyway, the
+/// transaction leaves no key naming an event that was never written.
+#[tokio::test]
+async fn a_batch_that_cannot_be_sealed_takes_no_key() {
+    let db = TestDb::new().await.expect("db");
+    let pool = db.pool();
+    let outbox = Outbox::builder().cipher(PayloadCipher::new(LostKey)).build();
+    let mut tx = pool.begin().await.expect("begin");
+    let failed = outbox.enqueue_many(&mut *tx, vec![keyed("s-1"), keyed("s-2")]).await;
+    assert!(matches!(failed, Err(Error::Encryption(_))), "{failed:?}");
+    tx.commit().await.expect("usable");
+    assert_eq!(count(pool, "SELECT count(*) FROM outbox_idempotency_keys").await, 0, "no key taken");
+    assert_eq!(count(pool, "SELECT count(*) FROM outbox_events").await, 0, "no event");
+    let retry = Outbox::new().enqueue_many(&mut *db.pool().begin().await.expect("begin"), vec![keyed("s-1")]).await;
+    assert!(retry.is_ok(), "the key is free: {retry:?}");
     db.close().await.expect("cleanup");
 }
 
