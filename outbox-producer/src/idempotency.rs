@@ -65,7 +65,7 @@ const EXISTING: &str = "\
 SELECT event_id FROM outbox_idempotency_keys WHERE event_type = $1 AND idempotency_key = $2";
 
 /// A batch's keys, taken in key order (two batches never wait on each other in a cycle); returns
-/// the keys taken, each with the event it now names.
+/// the events whose keys were taken.
 const TAKE_MANY: &str = "\
 INSERT INTO outbox_idempotency_keys AS k (event_type, idempotency_key, event_id, expires_at)
 SELECT t, key, id, now() + make_interval(secs => $4)
@@ -74,10 +74,10 @@ ORDER BY t, key
 ON CONFLICT (event_type, idempotency_key) DO UPDATE
     SET event_id = EXCLUDED.event_id, expires_at = EXCLUDED.expires_at
     WHERE k.expires_at <= now()
-RETURNING event_type, idempotency_key, event_id";
+RETURNING event_id";
 
-/// Gives back the keys a refused batch took, through the primary key (the rows are this
-/// transaction's own, uncommitted, so no one else holds them).
+/// Gives back the keys a refused batch took, through the primary key: of the batch's keys, those
+/// naming its own fresh event ids (this transaction's uncommitted rows, held by no one else).
 const GIVE_BACK: &str = "\
 DELETE FROM outbox_idempotency_keys k
 USING UNNEST($1::text[], $2::text[], $3::uuid[]) AS u(t, key, id)
@@ -113,7 +113,7 @@ pub(crate) async fn take_batch_keys(conn: &mut PgConnection, events: &[NewEvent]
     let types: Vec<&str> = keyed.iter().map(|(_, e)| e.event_type()).collect();
     let keys: Vec<&str> = keyed.iter().map(|(_, e)| e.event_idempotency_key().unwrap_or_default()).collect();
     let ids: Vec<Uuid> = keyed.iter().map(|(_, e)| *e.event_id().as_uuid()).collect();
-    let taken: Vec<(String, String, Uuid)> = sqlx::query_as(TAKE_MANY)
+    let taken: Vec<Uuid> = sqlx::query_scalar(TAKE_MANY)
         .bind(&types)
         .bind(&keys)
         .bind(&ids)
@@ -123,20 +123,11 @@ pub(crate) async fn take_batch_keys(conn: &mut PgConnection, events: &[NewEvent]
     if taken.len() == keyed.len() {
         return Ok(());
     }
-    give_back(conn, &taken).await?;
-    let taken: HashSet<Uuid> = taken.into_iter().map(|(_, _, id)| id).collect();
+    sqlx::query(GIVE_BACK).bind(&types).bind(&keys).bind(&ids).execute(&mut *conn).await?;
+    let taken: HashSet<Uuid> = taken.into_iter().collect();
     let (index, refused) =
         keyed.iter().find(|(_, e)| !taken.contains(e.event_id().as_uuid())).copied().unwrap_or(keyed[0]);
     let key = refused.event_idempotency_key().unwrap_or_default();
     let event_id = existing(conn, refused.event_type(), key).await?;
     Err(Error::AlreadyEnqueued { event_id, index: Some(index) })
-}
-
-/// Deletes the keys a refused batch took.
-async fn give_back(conn: &mut PgConnection, taken: &[(String, String, Uuid)]) -> Result<()> {
-    let types: Vec<&str> = taken.iter().map(|(t, _, _)| t.as_str()).collect();
-    let keys: Vec<&str> = taken.iter().map(|(_, k, _)| k.as_str()).collect();
-    let ids: Vec<Uuid> = taken.iter().map(|(_, _, id)| *id).collect();
-    sqlx::query(GIVE_BACK).bind(&types).bind(&keys).bind(&ids).execute(conn).await?;
-    Ok(())
 }
