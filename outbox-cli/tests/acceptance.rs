@@ -292,7 +292,8 @@ async fn the_eight_measures_are_visible_on_the_relay_and_the_consumer() {
     proxy_b.heal();
     // At least A's claims: on a busy host B's own short leases (5 s) may expire while partition
     // 0 refuses, and B takes those over too.
-    let page = scrape_until(port_b, "takeovers and transient retries on B's page", |p| {
+    let what = format!("takeovers (at least A's {held_by_a}) and transient retries on B's page");
+    let page = scrape_until(port_b, &what, |p| {
         sample(p, "outbox_lease_takeovers_total", &[]).is_some_and(|n| n >= held_by_a as f64)
             && sample(p, "outbox_publish_retries_total", &["kind=\"transient\""]).is_some_and(|n| n >= 1.0)
     })

@@ -352,7 +352,7 @@ pub(crate) async fn mark_published(pool: &PgPool, tids: &[&str], token: Uuid) ->
 }
 
 /// Records failures (retry later or quarantine); returns how many this claim still owned.
-pub(crate) async fn mark_failed(pool: &PgPool, failures: &[Failure], token: Uuid) -> Result<u64> {
+pub(crate) async fn mark_failed(db: impl sqlx::PgExecutor<'_>, failures: &[Failure], token: Uuid) -> Result<u64> {
     if failures.is_empty() {
         return Ok(0);
     }
@@ -369,7 +369,7 @@ pub(crate) async fn mark_failed(pool: &PgPool, failures: &[Failure], token: Uuid
         .bind(&reasons)
         .bind(&kinds)
         .bind(token)
-        .execute(pool)
+        .execute(db)
         .await?
         .rows_affected())
 }
@@ -377,11 +377,11 @@ pub(crate) async fn mark_failed(pool: &PgPool, failures: &[Failure], token: Uuid
 /// Gives rows back without recording an attempt outcome, so another relay takes them at once;
 /// `unsent`: they were never sent (an earlier event of their entity was not confirmed), so the
 /// claim's attempt is taken back.
-pub(crate) async fn release(pool: &PgPool, ids: &[Uuid], token: Uuid, unsent: bool) -> Result<u64> {
+pub(crate) async fn release(db: impl sqlx::PgExecutor<'_>, ids: &[Uuid], token: Uuid, unsent: bool) -> Result<u64> {
     if ids.is_empty() {
         return Ok(0);
     }
-    Ok(sqlx::query(RELEASE).persistent(false).bind(ids).bind(token).bind(unsent).execute(pool).await?.rows_affected())
+    Ok(sqlx::query(RELEASE).persistent(false).bind(ids).bind(token).bind(unsent).execute(db).await?.rows_affected())
 }
 
 /// Registers `relay_id` as waiting for notifications until `ttl` from now.

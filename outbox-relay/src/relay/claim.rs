@@ -74,8 +74,12 @@ impl<P: Publisher> Relay<P> {
             })
             .collect();
         metrics::counter!(crate::metrics::QUARANTINED).increment(failures.len() as u64);
-        store::mark_failed(&self.shared.pool, &failures, token).await?;
-        store::release(&self.shared.pool, &held, token, true).await?;
+        // One transaction: a relay that dies here leaves no successor leased behind a quarantined
+        // row, where no claim would take it over.
+        let mut tx = self.shared.pool.begin().await?;
+        store::mark_failed(&mut *tx, &failures, token).await?;
+        store::release(&mut *tx, &held, token, true).await?;
+        tx.commit().await?;
         Ok(rows)
     }
 
