@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use lapin::{Connection, ConnectionProperties};
+use lapin::{Channel, Connection, ConnectionProperties};
 use outbox_core::{FailureKind, PublishFailure};
 
 use crate::classify::connect_failure;
@@ -25,4 +25,21 @@ pub async fn connect(url: &str, name: &str, timeout: Duration) -> Result<Connect
         Ok(Err(e)) => Err(Error::Broker(connect_failure(&e))),
         Ok(Ok(connection)) => Ok(connection),
     }
+}
+
+/// Closes `connection` and, with it, `channels` (opened on it), giving the broker `reason`.
+///
+/// The channels are not closed one by one first: lapin forgets a closed channel a moment after
+/// its close completes, and a connection closed within that moment forgets it a second time and
+/// logs a spurious "Connection error: invalid channel". Nor may a channel be dropped while still
+/// open, which closes it in the background with the same race. So the connection is closed with
+/// the channels held, and they are let go once lapin has marked them closed.
+pub async fn close(connection: &Connection, channels: &[&Channel], reason: &str) {
+    let _ = connection.close(200, reason.into()).await;
+    let settled = async {
+        while channels.iter().any(|c| c.status().connected()) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), settled).await;
 }

@@ -39,7 +39,7 @@ mod subscription;
 mod topology;
 mod url;
 
-pub use connection::connect;
+pub use connection::{close, connect};
 pub use dead_letters::{DeadLetters, HEADER_DEAD_LETTER_DETAIL, HEADER_DEAD_LETTER_QUEUE, HEADER_DEAD_LETTER_REASON};
 pub use error::Error;
 /// The AMQP client underneath, for what this crate does not wrap (a channel of one's own).

@@ -204,7 +204,6 @@ impl Subscription {
 
     /// Closes the channel and the connection; deliveries not acked come back to their queues.
     pub async fn close(self) {
-        let _ = self.channel.close(200, "shutdown".into()).await;
-        let _ = self.connection.close(200, "shutdown".into()).await;
+        crate::close(&self.connection, &[&self.channel], "shutdown").await;
     }
 }

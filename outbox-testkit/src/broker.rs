@@ -152,7 +152,7 @@ impl TestBroker {
         let (queues, exchanges) = self.take_names();
         self.closed = true;
         delete_all(&self.url, queues, exchanges).await?;
-        let _ = self.connection.close(200, "test done".into()).await;
+        outbox_amqp::close(&self.connection, &[&self.channel], "test done").await;
         Ok(())
     }
 
@@ -184,10 +184,7 @@ async fn delete_all(url: &str, queues: Vec<String>, exchanges: Vec<String>) -> R
         }
         let _ = channel.exchange_delete(e.as_str().into(), ExchangeDeleteOptions::default()).await;
     }
-    if channel.status().connected() {
-        let _ = channel.close(200, "test cleanup".into()).await;
-    }
-    let _ = connection.close(200, "test cleanup".into()).await;
+    outbox_amqp::close(&connection, &[&channel], "test cleanup").await;
     Ok(())
 }
 

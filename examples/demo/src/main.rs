@@ -137,10 +137,7 @@ async fn fresh_broker(amqp: &str, queues: &str) -> Result<(), BoxError> {
         // Deleting a queue that does not exist succeeds.
         channel.queue_delete(name.as_str().into(), outbox_amqp::lapin::options::QueueDeleteOptions::default()).await?;
     }
-    // The channel first, awaited, then the connection: a channel still open (or closing because
-    // it was dropped) when its connection closes makes lapin log a spurious "Connection error".
-    channel.close(200, "reset".into()).await?;
-    conn.close(200, "reset".into()).await?;
+    outbox_amqp::close(&conn, &[&channel], "reset").await;
     Ok(())
 }
 

@@ -107,10 +107,7 @@ pub async fn start(
     outbox_amqp::declare_exchange(&channel, exchange, outbox_core::ExchangeKind::Topic).await?;
     let topology =
         outbox_consumer::declare_partitions(&channel, exchange, queue_base, "partition.", partitions).await?;
-    // Close the channel before its connection: a channel dropped while its connection closes
-    // makes lapin log a spurious "Connection error".
-    let _ = channel.close(200, "declared".into()).await;
-    let _ = conn.close(200, "declared".into()).await;
+    outbox_amqp::close(&conn, &[&channel], "declared").await;
     let service = InboxLayer::new(pool.clone(), CONSUMER).layer(tower::service_fn(apply));
     let runner = InboxRunner::builder(amqp_url, service)
         .topology(&topology)

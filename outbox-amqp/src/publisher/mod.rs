@@ -95,13 +95,9 @@ impl AmqpPublisher {
     /// Closes the connection (the next publish opens a new one).
     pub async fn close(&self) {
         let mut state = self.inner.state.lock().await;
-        if let Some(ch) = state.channel.take()
-            && ch.status().connected()
-        {
-            let _ = ch.close(200, "outbox relay closing".into()).await;
-        }
+        let channel = state.channel.take();
         if let Some(conn) = state.connection.take() {
-            let _ = conn.close(200, "outbox relay closing".into()).await;
+            crate::close(&conn, &channel.iter().collect::<Vec<_>>(), "outbox relay closing").await;
         }
     }
 
