@@ -165,7 +165,7 @@ async fn a_batch_that_cannot_be_sealed_takes_no_key() {
 async fn a_key_past_its_window_is_taken_again_and_retention_forgets_it() {
     let db = TestDb::new().await.expect("db");
     let pool = db.pool();
-    let short = Outbox::builder().idempotency_window(Duration::from_millis(300)).build();
+    let short = Outbox::builder().idempotency_window(Duration::from_secs(2)).build();
     let first = enqueue_committed(pool, &short, keyed("w-1")).await.expect("first");
     enqueue_committed(pool, &Outbox::new(), keyed("w-live")).await.expect("a key of 24 hours");
     assert!(matches!(enqueue_committed(pool, &short, keyed("w-1")).await, Err(Error::AlreadyEnqueued { .. })));

@@ -29,8 +29,8 @@ async fn a_relay_paused_past_its_lease_cannot_overwrite_the_takeover() {
     let relay = |publisher| {
         h.relay_builder_with(publisher)
             .events_per_entity(1)
-            .lease(Duration::from_secs(1))
-            .confirm_timeout(Duration::from_millis(500))
+            .lease(Duration::from_secs(2))
+            .confirm_timeout(Duration::from_millis(1500))
             .build()
             .expect("relay")
     };
@@ -38,7 +38,7 @@ async fn a_relay_paused_past_its_lease_cannot_overwrite_the_takeover() {
 
     // Relay A claims the head of the entity and stalls before sending it, past its lease.
     let stalled = publisher();
-    stalled.inject(1, Fault::Stall(Duration::from_secs(3)));
+    stalled.inject(1, Fault::Stall(Duration::from_secs(6)));
     let a = relay(stalled);
     let a = tokio::spawn(async move { a.run_batch().await });
     let head_row = "SELECT status, attempts, last_error FROM outbox_events WHERE seq = 1";

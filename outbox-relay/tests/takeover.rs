@@ -40,14 +40,14 @@ async fn scenario(snapshotter: &Snapshotter) {
         h.relay_builder_with(publisher)
             .relay_id(id)
             .events_per_entity(1)
-            .lease(Duration::from_secs(1))
-            .confirm_timeout(Duration::from_millis(500))
+            .lease(Duration::from_secs(2))
+            .confirm_timeout(Duration::from_millis(1500))
             .build()
             .expect("relay")
     };
     // Relay A claims both heads and stalls before sending them, past its lease.
     let stalled = FaultyPublisher::new(h.new_publisher());
-    stalled.inject(1, Fault::Stall(Duration::from_secs(4)));
+    stalled.inject(1, Fault::Stall(Duration::from_secs(8)));
     let a = relay(stalled, "relay-a");
     let a = tokio::spawn(async move { a.run_batch().await });
     let expired: Backlog = wait_for("relay A's leases to expire", Duration::from_secs(20), || async {

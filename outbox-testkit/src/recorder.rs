@@ -134,6 +134,24 @@ impl Recorder {
         if missing.is_empty() { Ok(()) } else { Err(missing) }
     }
 
+    /// Waits until every id of `expected` arrived: the recorder's queue is read apart from the
+    /// consumers under test, and may trail them on a busy host.
+    ///
+    /// # Errors
+    /// The ids still missing after `deadline`.
+    pub async fn wait_all_delivered(
+        &self,
+        expected: impl IntoIterator<Item = Uuid>,
+        deadline: Duration,
+    ) -> std::result::Result<(), Vec<Uuid>> {
+        let expected: Vec<Uuid> = expected.into_iter().collect();
+        let arrived = crate::wait_for("every expected event recorded", deadline, || async {
+            self.all_delivered(expected.iter().copied()).ok()
+        })
+        .await;
+        arrived.or_else(|_| self.all_delivered(expected))
+    }
+
     /// Event ids that arrived more than once, with their counts.
     pub fn duplicates(&self) -> HashMap<Uuid, usize> {
         self.state

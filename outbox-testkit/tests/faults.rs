@@ -15,7 +15,7 @@ async fn harness() -> Harness {
             r.retry_policy(
                 RetryPolicy::default().initial_delay(Duration::from_millis(100)).max_delay(Duration::from_millis(300)),
             )
-            .confirm_timeout(Duration::from_secs(1))
+            .confirm_timeout(Duration::from_secs(2))
             .poll_interval(Duration::from_millis(100))
         })
         .start()

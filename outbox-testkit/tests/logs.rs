@@ -107,7 +107,7 @@ async fn no_payload_reaches_the_logs_at_trace() {
     })
     .await
     .expect("consumed");
-    h.recorder().all_delivered([applied, poison]).expect("both delivered");
+    h.recorder().wait_all_delivered([applied, poison], Duration::from_secs(30)).await.expect("both delivered");
     h.close().await.expect("cleanup");
 
     let logs = capture.text();
