@@ -26,6 +26,7 @@
 //! - [`ChaosProxy`]: a loopback TCP proxy that cuts, refuses, stalls or slows connections.
 //! - [`FaultyPublisher`]: fails, nacks, returns, delays or loses the confirms of chosen publishes.
 //! - [`Recorder`]: records every delivery of a queue; checks ids, duplicates and per-entity order.
+//! - [`LogCapture`]: what the test process logs, as text, through the product's redacting filter.
 //! - Crash points: its `fail-points` feature enables those of the relay and the consumer runner
 //!   (`outbox_relay::CrashPoint`, `outbox_consumer::CrashPoint`); the crates whose tests arm them turn
 //!   it on in their dev-dependencies, so no release build compiles them in.
@@ -45,6 +46,7 @@ mod db;
 mod error;
 mod faulty;
 mod harness;
+mod log_capture;
 mod proxy;
 mod reconcile;
 mod recorder;
@@ -55,6 +57,7 @@ pub use db::TestDb;
 pub use error::{Error, Result};
 pub use faulty::{Fault, FaultyPublisher};
 pub use harness::{Harness, HarnessBuilder, HarnessPublisher};
+pub use log_capture::LogCapture;
 pub use proxy::{ChaosProxy, Mode};
 pub use reconcile::{
     BrokerFindings, Change, EventRef, InboxFindings, InboxRow, OrderViolation, OutboxRow, Reconciliation,

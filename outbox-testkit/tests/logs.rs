@@ -5,47 +5,12 @@
 //!
 //! Its own test binary: the capture is the process's global subscriber.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use outbox_consumer::{HandlerError, InboxRequest};
 use outbox_core::NewEvent;
 use outbox_producer::admin;
-use outbox_testkit::{Harness, wait_for};
-use tracing_subscriber::filter::{EnvFilter, Targets};
-use tracing_subscriber::prelude::*;
-
-/// Everything logged in this process, as text.
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Capture {
-    fn install() -> Self {
-        let capture = Self::default();
-        let redact: Targets = outbox_core::REDACTING_LOG_TARGETS.parse().expect("constant targets");
-        let writer = capture.clone();
-        let layer =
-            tracing_subscriber::fmt::layer().with_ansi(false).with_writer(move || writer.clone()).with_filter(redact);
-        tracing_subscriber::registry().with(EnvFilter::new("trace")).with(layer).init();
-        capture
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)).into_owned()
-    }
-}
+use outbox_testkit::{Harness, LogCapture, wait_for};
 
 /// Applies every event but `order.poison`, which it refuses for good (dead-lettered).
 async fn handle(req: InboxRequest) -> Result<InboxRequest, HandlerError> {
@@ -83,7 +48,7 @@ fn relay_lines(text: &str) -> String {
 
 #[tokio::test]
 async fn no_payload_reaches_the_logs_at_trace() {
-    let capture = Capture::install();
+    let capture = LogCapture::install("trace");
     let secret = format!("p4yl0ad-{}", outbox_testkit::unique_suffix());
     // Only `order.*` is routed anywhere: `audit.recorded` comes back to the relay as unroutable.
     let h =
