@@ -47,6 +47,14 @@ pub use relay::CrashPoint;
 pub use relay::{BatchReport, Health, Relay, RelayBuilder, RelayHandle};
 pub use routing::{ByEventType, Partitioned, RoutingStrategy};
 
+/// Not part of the API: the claim's statement and the session settings of the relay's own
+/// connections, reachable only for the tests of the claim's plan (`tests/it/store.rs`), which must
+/// EXPLAIN the very statement the relay runs in a session set up as the relay's.
+#[doc(hidden)]
+pub mod claim_plan {
+    pub use crate::store::{CLAIM, SESSION};
+}
+
 /// The README's code blocks, compiled as doc tests so they cannot rot.
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]

@@ -2,6 +2,7 @@
 //! back-offs after a failing database or broker.
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -13,7 +14,9 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 use uuid::Uuid;
 
-use super::{BatchReport, Relay};
+use super::outcome::BatchReport;
+use super::shared::Shared;
+use super::{claim, deliver};
 use crate::store;
 use crate::{Error, Result};
 
@@ -168,228 +171,236 @@ enum Next {
     Wait(Option<Duration>),
 }
 
-impl<P: Publisher> Relay<P> {
-    /// The claim loop. It claims whenever the confirm window has room for a batch (or nothing is
-    /// in flight) and work may be due, and hands each claimed batch to a task that publishes it,
-    /// awaits its confirms and records the outcomes; so claiming and publishing go on while earlier
-    /// batches await their confirms (a slow confirm holds back only its own entities' successors).
-    ///
-    /// It claims again at once after a full claim; otherwise on a notification, at the poll (fast
-    /// while it lingers after work), when a recorded outcome gave the window room it lacked, or when
-    /// one marked rows of an entity published (their successors may be ready now). Outcomes that
-    /// arrive together count as one reason to claim.
-    pub(super) async fn worker(self, stop: watch::Receiver<bool>, hard: watch::Receiver<bool>) -> Result<()> {
-        let mut flight = Flight::default();
-        let mut quiet_since: Option<tokio::time::Instant> = None;
-        loop {
-            while let Some(done) = flight.tasks.try_join_next() {
-                flight.settled(done)?;
-            }
-            self.shared.health.went_round(flight.paused);
-            if *stop.borrow() {
-                break;
-            }
-            let notified = self.shared.wake.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let wait = match self.next_step(&mut flight, &mut quiet_since, &stop, &hard).await? {
-                Next::ClaimAgain => continue,
-                Next::Wait(wait) => wait,
-            };
-            self.wait_for_reason(&mut flight, notified, wait, &stop, &mut quiet_since).await?;
-        }
-        // Graceful: batches in hand finish (the hard stop cuts their confirm wait short).
-        while let Some(done) = flight.tasks.join_next().await {
+/// The claim loop. It claims whenever the confirm window has room for a batch (or nothing is
+/// in flight) and work may be due, and hands each claimed batch to a task that publishes it,
+/// awaits its confirms and records the outcomes; so claiming and publishing go on while earlier
+/// batches await their confirms (a slow confirm holds back only its own entities' successors).
+///
+/// It claims again at once after a full claim; otherwise on a notification, at the poll (fast
+/// while it lingers after work), when a recorded outcome gave the window room it lacked, or when
+/// one marked rows of an entity published (their successors may be ready now). Outcomes that
+/// arrive together count as one reason to claim.
+pub(super) async fn worker<P: Publisher>(
+    shared: Arc<Shared<P>>,
+    stop: watch::Receiver<bool>,
+    hard: watch::Receiver<bool>,
+) -> Result<()> {
+    let mut flight = Flight::default();
+    let mut quiet_since: Option<tokio::time::Instant> = None;
+    loop {
+        while let Some(done) = flight.tasks.try_join_next() {
             flight.settled(done)?;
         }
-        Ok(())
-    }
-
-    /// Claims if nothing keeps the loop from it (a back-off, what must happen before a claim, a
-    /// full confirm window); returns what the loop does next.
-    async fn next_step(
-        &self,
-        flight: &mut Flight,
-        quiet_since: &mut Option<tokio::time::Instant>,
-        stop: &watch::Receiver<bool>,
-        hard: &watch::Receiver<bool>,
-    ) -> Result<Next> {
-        let s = &self.shared.settings;
-        let limit = s.batch_size.min(s.confirm_window.saturating_sub(flight.messages));
-        if flight.backing_off() {
-            // The database or the broker failed the last attempts: no new claims meanwhile.
-            return Ok(Next::Wait(flight.backoff_until.map(|t| t - tokio::time::Instant::now())));
+        shared.health.went_round(flight.paused);
+        if *stop.borrow() {
+            break;
         }
-        if let Some(wait) = {
-            let mut stop_rx = stop.clone();
-            tokio::select! {
-                wait = self.before_claim(flight) => wait,
-                _ = stop_rx.wait_for(|s| *s) => Some(Duration::ZERO),
-            }
-        } {
-            return Ok(Next::Wait(Some(wait)));
-        }
-        if flight.messages > 0 && limit < s.batch_size.min(s.confirm_window) {
-            // The window is full: wait for an outcome to make room.
-            flight.want_room = true;
-            return Ok(Next::Wait(None));
-        }
-        flight.successors = false;
-        self.claim_and_dispatch(flight, quiet_since, limit, hard).await
+        let notified = shared.wake.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let wait = match next_step(&shared, &mut flight, &mut quiet_since, &stop, &hard).await? {
+            Next::ClaimAgain => continue,
+            Next::Wait(wait) => wait,
+        };
+        wait_for_reason(&shared, &mut flight, notified, wait, &stop, &mut quiet_since).await?;
     }
-
-    /// Claims up to `limit` rows and hands them to a delivery task; returns what the loop does
-    /// next.
-    async fn claim_and_dispatch(
-        &self,
-        flight: &mut Flight,
-        quiet_since: &mut Option<tokio::time::Instant>,
-        limit: usize,
-        hard: &watch::Receiver<bool>,
-    ) -> Result<Next> {
-        let s = &self.shared.settings;
-        // Fast polls are paced from the start of the claim, so a slow claim does not
-        // stretch the interval between two looks at the table.
-        let started = tokio::time::Instant::now();
-        let since_start = |d: Duration| d.saturating_sub(started.elapsed());
-        let token = Uuid::new_v4();
-        match self.claim(limit, token).await {
-            Ok(claimed) if claimed.is_empty() => {
-                self.shared.health.database_answered(true);
-                Ok(Next::Wait(Some(match self.idle_wait(quiet_since).await {
-                    IdleWait::FastPoll => since_start(s.fast_poll_interval),
-                    IdleWait::For(wait) => wait,
-                })))
-            }
-            Ok(claimed) => {
-                self.shared.health.database_answered(true);
-                *quiet_since = None;
-                if self.shared.listening.swap(false, Ordering::SeqCst)
-                    && let Err(e) = store::unlisten(&self.shared.pool, &s.relay_id).await
-                {
-                    tracing::debug!(error = %e, "could not withdraw the listener registration; it expires by itself");
-                }
-                let full = claimed.len() == limit;
-                self.dispatch(flight, claimed, token, hard.clone());
-                if full {
-                    return Ok(Next::ClaimAgain);
-                }
-                Ok(Next::Wait(Some(since_start(s.fast_poll_interval))))
-            }
-            Err(Error::Crashed) => Err(Error::Crashed),
-            Err(e) => {
-                tracing::warn!(error = %e, kind = %e.kind(), "relay claim failed; retrying");
-                if matches!(e, Error::Database(_)) {
-                    // The claim may have taken rows before its answer was lost.
-                    flight.orphaned.push(token);
-                    self.shared.health.database_answered(false);
-                }
-                Ok(Next::Wait(Some(flight.database_failed())))
-            }
-        }
+    // Graceful: batches in hand finish (the hard stop cuts their confirm wait short).
+    while let Some(done) = flight.tasks.join_next().await {
+        flight.settled(done)?;
     }
+    Ok(())
+}
 
-    /// Hands a claimed batch to a delivery task, its rows counted against the confirm window until
-    /// the task is settled.
-    fn dispatch(&self, flight: &mut Flight, claimed: Vec<store::Claimed>, token: Uuid, hard: watch::Receiver<bool>) {
-        flight.messages += claimed.len();
-        let relay = self.clone();
-        let n = claimed.len();
-        let ordered = claimed.iter().any(|c| c.event.entity.is_some());
-        flight.tasks.spawn(
-            async move {
-                // A panic must not leak the batch's share of the window.
-                let delivered = std::panic::AssertUnwindSafe(relay.deliver(claimed, token, hard))
-                    .catch_unwind()
-                    .await
-                    .unwrap_or(Err(Error::Stopped));
-                (n, ordered, delivered)
-            }
-            .in_current_span(),
-        );
+/// Claims if nothing keeps the loop from it (a back-off, what must happen before a claim, a
+/// full confirm window); returns what the loop does next.
+async fn next_step<P: Publisher>(
+    shared: &Arc<Shared<P>>,
+    flight: &mut Flight,
+    quiet_since: &mut Option<tokio::time::Instant>,
+    stop: &watch::Receiver<bool>,
+    hard: &watch::Receiver<bool>,
+) -> Result<Next> {
+    let s = &shared.settings;
+    let limit = s.batch_size.min(s.confirm_window.saturating_sub(flight.messages));
+    if flight.backing_off() {
+        // The database or the broker failed the last attempts: no new claims meanwhile.
+        return Ok(Next::Wait(flight.backoff_until.map(|t| t - tokio::time::Instant::now())));
     }
-
-    /// Waits `wait` (`None`: the poll interval) for a reason to claim: a notification, the end of
-    /// the wait, a stop, or a finished delivery task that made room the loop waited for or may
-    /// have made successors ready.
-    async fn wait_for_reason(
-        &self,
-        flight: &mut Flight,
-        mut notified: Pin<&mut Notified<'_>>,
-        wait: Option<Duration>,
-        stop: &watch::Receiver<bool>,
-        quiet_since: &mut Option<tokio::time::Instant>,
-    ) -> Result<()> {
-        let sleep = tokio::time::sleep(wait.unwrap_or(self.shared.settings.poll_interval));
-        tokio::pin!(sleep);
+    if let Some(wait) = {
         let mut stop_rx = stop.clone();
-        loop {
-            tokio::select! {
-                () = &mut notified => { *quiet_since = None; break }
-                () = &mut sleep => break,
-                _ = stop_rx.wait_for(|s| *s) => break,
-                Some(done) = flight.tasks.join_next() => if flight.settled(done)? { break },
-            }
+        tokio::select! {
+            wait = before_claim(shared, flight) => wait,
+            _ = stop_rx.wait_for(|s| *s) => Some(Duration::ZERO),
         }
-        Ok(())
+    } {
+        return Ok(Next::Wait(Some(wait)));
     }
+    if flight.messages > 0 && limit < s.batch_size.min(s.confirm_window) {
+        // The window is full: wait for an outcome to make room.
+        flight.want_room = true;
+        return Ok(Next::Wait(None));
+    }
+    flight.successors = false;
+    claim_and_dispatch(shared, flight, quiet_since, limit, hard).await
+}
 
-    /// How long to wait after a claim found nothing. Linger: poll fast for a while after the last
-    /// work, without asking for notifications; then register and wait for one (or for the poll).
-    async fn idle_wait(&self, quiet_since: &mut Option<tokio::time::Instant>) -> IdleWait {
-        let s = &self.shared.settings;
-        let since = *quiet_since.get_or_insert_with(tokio::time::Instant::now);
-        if since.elapsed() < s.linger {
-            return IdleWait::FastPoll;
+/// Claims up to `limit` rows and hands them to a delivery task; returns what the loop does
+/// next.
+async fn claim_and_dispatch<P: Publisher>(
+    shared: &Arc<Shared<P>>,
+    flight: &mut Flight,
+    quiet_since: &mut Option<tokio::time::Instant>,
+    limit: usize,
+    hard: &watch::Receiver<bool>,
+) -> Result<Next> {
+    let s = &shared.settings;
+    // Fast polls are paced from the start of the claim, so a slow claim does not
+    // stretch the interval between two looks at the table.
+    let started = tokio::time::Instant::now();
+    let since_start = |d: Duration| d.saturating_sub(started.elapsed());
+    let token = Uuid::new_v4();
+    match claim::claim(shared, limit, token).await {
+        Ok(claimed) if claimed.is_empty() => {
+            shared.health.database_answered(true);
+            Ok(Next::Wait(Some(match idle_wait(shared, quiet_since).await {
+                IdleWait::FastPoll => since_start(s.fast_poll_interval),
+                IdleWait::For(wait) => wait,
+            })))
         }
-        let already = self.shared.listening.swap(true, Ordering::SeqCst);
-        if let Err(e) = store::listen(&self.shared.pool, &s.relay_id, s.poll_interval * 3).await {
-            // Without the registration commits do not notify: keep polling fast.
-            self.shared.listening.store(false, Ordering::SeqCst);
-            tracing::warn!(error = %e, "cannot register for notifications; polling");
-            IdleWait::For(s.fast_poll_interval.max(Duration::from_millis(100)))
-        } else if already {
-            IdleWait::For(s.poll_interval)
-        } else {
-            // Just registered: a commit whose trigger ran before the registration may become
-            // visible a moment later, so look once more shortly.
-            IdleWait::For(s.fast_poll_interval * 10)
+        Ok(claimed) => {
+            shared.health.database_answered(true);
+            *quiet_since = None;
+            if shared.listening.swap(false, Ordering::SeqCst)
+                && let Err(e) = store::unlisten(&shared.pool, &s.relay_id).await
+            {
+                tracing::debug!(error = %e, "could not withdraw the listener registration; it expires by itself");
+            }
+            let full = claimed.len() == limit;
+            dispatch(shared, flight, claimed, token, hard.clone());
+            if full {
+                return Ok(Next::ClaimAgain);
+            }
+            Ok(Next::Wait(Some(since_start(s.fast_poll_interval))))
+        }
+        Err(Error::Crashed) => Err(Error::Crashed),
+        Err(e) => {
+            tracing::warn!(error = %e, kind = %e.kind(), "relay claim failed; retrying");
+            if matches!(e, Error::Database(_)) {
+                // The claim may have taken rows before its answer was lost.
+                flight.orphaned.push(token);
+                shared.health.database_answered(false);
+            }
+            Ok(Next::Wait(Some(flight.database_failed())))
         }
     }
+}
 
-    /// What must happen before the next claim: rows of claims whose answer was lost are given
-    /// back, and while the broker cannot be reached the publisher must connect first. Returns how
-    /// long to wait if the claim must wait.
-    async fn before_claim(&self, flight: &mut Flight) -> Option<Duration> {
-        while let Some(&token) = flight.orphaned.last() {
-            match store::release_claim(&self.shared.pool, token).await {
-                Ok(n) => {
-                    tracing::debug!(released = n, "rows of a claim whose answer was lost are given back");
-                    flight.orphaned.pop();
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "cannot give back a lost claim's rows yet");
-                    return Some(flight.database_failed());
-                }
+/// Hands a claimed batch to a delivery task, its rows counted against the confirm window until
+/// the task is settled.
+fn dispatch<P: Publisher>(
+    shared: &Arc<Shared<P>>,
+    flight: &mut Flight,
+    claimed: Vec<store::Claimed>,
+    token: Uuid,
+    hard: watch::Receiver<bool>,
+) {
+    flight.messages += claimed.len();
+    let shared = shared.clone();
+    let n = claimed.len();
+    let ordered = claimed.iter().any(|c| c.event.entity.is_some());
+    flight.tasks.spawn(
+        async move {
+            // A panic must not leak the batch's share of the window.
+            let delivered = std::panic::AssertUnwindSafe(deliver::deliver(&shared, claimed, token, hard))
+                .catch_unwind()
+                .await
+                .unwrap_or(Err(Error::Stopped));
+            (n, ordered, delivered)
+        }
+        .in_current_span(),
+    );
+}
+
+/// Waits `wait` (`None`: the poll interval) for a reason to claim: a notification, the end of
+/// the wait, a stop, or a finished delivery task that made room the loop waited for or may
+/// have made successors ready.
+async fn wait_for_reason<P>(
+    shared: &Shared<P>,
+    flight: &mut Flight,
+    mut notified: Pin<&mut Notified<'_>>,
+    wait: Option<Duration>,
+    stop: &watch::Receiver<bool>,
+    quiet_since: &mut Option<tokio::time::Instant>,
+) -> Result<()> {
+    let sleep = tokio::time::sleep(wait.unwrap_or(shared.settings.poll_interval));
+    tokio::pin!(sleep);
+    let mut stop_rx = stop.clone();
+    loop {
+        tokio::select! {
+            () = &mut notified => { *quiet_since = None; break }
+            () = &mut sleep => break,
+            _ = stop_rx.wait_for(|s| *s) => break,
+            Some(done) = flight.tasks.join_next() => if flight.settled(done)? { break },
+        }
+    }
+    Ok(())
+}
+
+/// How long to wait after a claim found nothing. Linger: poll fast for a while after the last
+/// work, without asking for notifications; then register and wait for one (or for the poll).
+async fn idle_wait<P>(shared: &Shared<P>, quiet_since: &mut Option<tokio::time::Instant>) -> IdleWait {
+    let s = &shared.settings;
+    let since = *quiet_since.get_or_insert_with(tokio::time::Instant::now);
+    if since.elapsed() < s.linger {
+        return IdleWait::FastPoll;
+    }
+    let already = shared.listening.swap(true, Ordering::SeqCst);
+    if let Err(e) = store::listen(&shared.pool, &s.relay_id, s.poll_interval * 3).await {
+        // Without the registration commits do not notify: keep polling fast.
+        shared.listening.store(false, Ordering::SeqCst);
+        tracing::warn!(error = %e, "cannot register for notifications; polling");
+        IdleWait::For(s.fast_poll_interval.max(Duration::from_millis(100)))
+    } else if already {
+        IdleWait::For(s.poll_interval)
+    } else {
+        // Just registered: a commit whose trigger ran before the registration may become
+        // visible a moment later, so look once more shortly.
+        IdleWait::For(s.fast_poll_interval * 10)
+    }
+}
+
+/// What must happen before the next claim: rows of claims whose answer was lost are given
+/// back, and while the broker cannot be reached the publisher must connect first. Returns how
+/// long to wait if the claim must wait.
+async fn before_claim<P: Publisher>(shared: &Shared<P>, flight: &mut Flight) -> Option<Duration> {
+    while let Some(&token) = flight.orphaned.last() {
+        match store::release_claim(&shared.pool, token).await {
+            Ok(n) => {
+                tracing::debug!(released = n, "rows of a claim whose answer was lost are given back");
+                flight.orphaned.pop();
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot give back a lost claim's rows yet");
+                return Some(flight.database_failed());
             }
         }
-        if !flight.paused {
-            return None;
+    }
+    if !flight.paused {
+        return None;
+    }
+    if let Some(until) = flight.paused_until
+        && until > tokio::time::Instant::now()
+    {
+        return Some(until - tokio::time::Instant::now());
+    }
+    match shared.publisher.connect().await {
+        Ok(()) => {
+            tracing::info!("the broker answers again; claims resume");
+            flight.paused = false;
+            None
         }
-        if let Some(until) = flight.paused_until
-            && until > tokio::time::Instant::now()
-        {
-            return Some(until - tokio::time::Instant::now());
-        }
-        match self.shared.publisher.connect().await {
-            Ok(()) => {
-                tracing::info!("the broker answers again; claims resume");
-                flight.paused = false;
-                None
-            }
-            // The publisher paces its own reconnects (and logs each attempt): look again soon,
-            // so that claims resume as soon as it is connected.
-            Err(_) => Some(PAUSED_CHECK),
-        }
+        // The publisher paces its own reconnects (and logs each attempt): look again soon,
+        // so that claims resume as soon as it is connected.
+        Err(_) => Some(PAUSED_CHECK),
     }
 }

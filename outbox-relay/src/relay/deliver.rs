@@ -1,147 +1,182 @@
 //! One batch's delivery: its rows published run by run (an entity's next event when the one
-//! before it is confirmed), its confirms awaited, its outcomes recorded.
+//! before it is confirmed) and its confirms awaited; then what each row's outcome means is decided
+//! (`outcome.rs`), counted, and recorded (`record.rs`).
 
 use std::future::Future;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
-use outbox_core::{OutgoingMessage, PublishOutcome, Publisher, wire};
+use outbox_core::{FailureKind, OutgoingMessage, PublishOutcome, Publisher, RetryDecision, wire};
 use tokio::sync::watch;
 use tracing::{Instrument, Span};
 use uuid::Uuid;
 
+use super::outcome::{self, BatchReport, Outcomes, Sent};
+use super::record::{self, Recording};
 #[cfg(feature = "fail-points")]
-use super::CrashPoint;
-use super::record::Recording;
-use super::{BatchReport, Relay};
+use super::settings::CrashPoint;
+use super::shared::Shared;
 use crate::store;
 use crate::{Error, Result};
 
-impl<P: Publisher> Relay<P> {
-    /// Publishes a claimed batch, awaits its confirms (until the confirm timeout, or until a hard
-    /// stop cuts the wait short) and records each row's outcome under the claim token.
-    #[tracing::instrument(name = "outbox.publish_batch", skip_all, fields(events = claimed.len(), claim_token = %token))]
-    pub(super) async fn deliver(
-        &self,
-        claimed: Vec<store::Claimed>,
-        token: Uuid,
-        hard: watch::Receiver<bool>,
-    ) -> Result<BatchReport> {
-        // The claim's lease runs from about now: outcomes are worth recording until it ends.
-        let lease_ends = tokio::time::Instant::now() + self.shared.settings.lease;
-        if claimed.is_empty() {
-            return Ok(BatchReport::default());
-        }
-        let sent = self.publish_runs(&claimed, hard.clone()).await?;
-        #[cfg(feature = "fail-points")]
-        self.crash_if(CrashPoint::AfterConfirmBeforeMark)?;
-        if self.shared.crashed.load(Ordering::SeqCst) {
-            // Another batch of this relay reached a crash point: it is "dead", it writes nothing.
-            return Err(Error::Crashed);
-        }
-        let sorted = self.sort_outcomes(&claimed, sent);
-        let mut report = BatchReport { claimed: claimed.len(), ..BatchReport::default() };
-        self.record(&sorted, token, &mut report, Recording::new(lease_ends, hard)).await?;
-        metrics::counter!(crate::metrics::PUBLISHED).increment(report.published as u64);
-        metrics::counter!(crate::metrics::QUARANTINED).increment(report.quarantined as u64);
-        if report.lost_claims > 0 {
-            metrics::counter!(crate::metrics::LOST_CLAIMS).increment(report.lost_claims as u64);
-            tracing::warn!(
-                lost = report.lost_claims,
-                "claims were taken over by another relay before their outcome was recorded"
-            );
-        }
-        tracing::debug!(?report, "outbox.batch");
-        Ok(report)
+/// Publishes a claimed batch, awaits its confirms (until the confirm timeout, or until a hard stop
+/// cuts the wait short) and records each row's outcome under the claim token.
+#[tracing::instrument(name = "outbox.publish_batch", skip_all, fields(events = claimed.len(), claim_token = %token))]
+pub(super) async fn deliver<P: Publisher>(
+    shared: &Shared<P>,
+    claimed: Vec<store::Claimed>,
+    token: Uuid,
+    hard: watch::Receiver<bool>,
+) -> Result<BatchReport> {
+    // The claim's lease runs from about now: outcomes are worth recording until it ends.
+    let lease_ends = tokio::time::Instant::now() + shared.settings.lease;
+    if claimed.is_empty() {
+        return Ok(BatchReport::default());
     }
-
-    /// Publishes the batch's events per entity, in sequence order: an entity's first event goes out
-    /// at once, each later one when the broker confirmed the one before it (G4). Awaits the
-    /// confirms until the timeout, or until a hard stop cuts the wait short.
-    async fn publish_runs(&self, claimed: &[store::Claimed], mut hard: watch::Receiver<bool>) -> Result<Sent> {
-        let s = &self.shared.settings;
-        let mut outgoing = self.encode(claimed);
-        let (first, next) = runs(claimed);
-        let mut pending = FuturesUnordered::new();
-        pending.extend(self.send(claimed, &first, &mut outgoing).await);
-        #[cfg(feature = "fail-points")]
-        self.crash_if(CrashPoint::AfterPublishBeforeConfirm)?;
-
-        let mut outcomes: Vec<Option<PublishOutcome>> = vec![None; claimed.len()];
-        let timeout = tokio::time::sleep(s.confirm_timeout);
-        tokio::pin!(timeout);
-        let mut cut_short = false;
-        let mut successors = Vec::new();
-        while !pending.is_empty() {
-            let mut record = |i: usize, outcome: PublishOutcome| {
-                if matches!(outcome, PublishOutcome::Confirmed)
-                    && let Some(j) = next[i]
-                {
-                    successors.push(j);
-                }
-                outcomes[i] = Some(outcome);
-            };
-            tokio::select! {
-                Some((i, outcome)) = pending.next() => record(i, outcome),
-                () = &mut timeout => break,
-                _ = hard.wait_for(|h| *h) => { cut_short = true; break; }
-            }
-            // Confirms that arrived together: their successors go out in one publish.
-            while let Some(Some((i, outcome))) = pending.next().now_or_never() {
-                record(i, outcome);
-            }
-            if !successors.is_empty() {
-                pending.extend(self.send(claimed, &std::mem::take(&mut successors), &mut outgoing).await);
-            }
-        }
-        let unsent = outgoing.iter().map(Option::is_some).collect();
-        Ok(Sent { outcomes, unsent, cut_short })
+    let sent = publish_runs(shared, &claimed, hard.clone()).await?;
+    #[cfg(feature = "fail-points")]
+    shared.crash_if(CrashPoint::AfterConfirmBeforeMark)?;
+    if shared.crashed.load(Ordering::SeqCst) {
+        // Another batch of this relay reached a crash point: it is "dead", it writes nothing.
+        return Err(Error::Crashed);
     }
+    let now = SystemTime::now();
+    let sorted = outcome::sort_outcomes(&claimed, sent, &shared.settings.retry, now);
+    count_outcomes(shared, &sorted, now);
+    let mut report = BatchReport { claimed: claimed.len(), ..BatchReport::default() };
+    record::record(shared, &sorted, token, &mut report, Recording::new(lease_ends, hard)).await?;
+    metrics::counter!(crate::metrics::PUBLISHED).increment(report.published as u64);
+    metrics::counter!(crate::metrics::QUARANTINED).increment(report.quarantined as u64);
+    if report.lost_claims > 0 {
+        metrics::counter!(crate::metrics::LOST_CLAIMS).increment(report.lost_claims as u64);
+        tracing::warn!(
+            lost = report.lost_claims,
+            "claims were taken over by another relay before their outcome was recorded"
+        );
+    }
+    tracing::debug!(?report, "outbox.batch");
+    Ok(report)
+}
 
-    /// Each claimed row's message, encoded with the wire contract and routed by the routing
-    /// strategy; taken out as it is sent.
-    fn encode(&self, claimed: &[store::Claimed]) -> Vec<Option<OutgoingMessage>> {
-        let s = &self.shared.settings;
-        claimed
-            .iter()
-            .map(|c| {
-                Some(OutgoingMessage {
-                    event_id: c.event.id,
-                    exchange: s.exchange.clone(),
-                    routing_key: self.shared.routing.routing_key(&c.event),
-                    message: wire::encode(&c.event, s.app_id.as_deref()),
-                })
+/// Publishes the batch's events per entity, in sequence order: an entity's first event goes out at
+/// once, each later one when the broker confirmed the one before it (G4). Awaits the confirms
+/// until the timeout, or until a hard stop cuts the wait short.
+async fn publish_runs<P: Publisher>(
+    shared: &Shared<P>,
+    claimed: &[store::Claimed],
+    mut hard: watch::Receiver<bool>,
+) -> Result<Sent> {
+    let s = &shared.settings;
+    let mut outgoing = encode(shared, claimed);
+    let (first, next) = runs(claimed);
+    let mut pending = FuturesUnordered::new();
+    pending.extend(send(shared, claimed, &first, &mut outgoing).await);
+    #[cfg(feature = "fail-points")]
+    shared.crash_if(CrashPoint::AfterPublishBeforeConfirm)?;
+
+    let mut outcomes: Vec<Option<PublishOutcome>> = vec![None; claimed.len()];
+    let timeout = tokio::time::sleep(s.confirm_timeout);
+    tokio::pin!(timeout);
+    let mut cut_short = false;
+    let mut successors = Vec::new();
+    while !pending.is_empty() {
+        let mut record = |i: usize, outcome: PublishOutcome| {
+            if matches!(outcome, PublishOutcome::Confirmed)
+                && let Some(j) = next[i]
+            {
+                successors.push(j);
+            }
+            outcomes[i] = Some(outcome);
+        };
+        tokio::select! {
+            Some((i, outcome)) = pending.next() => record(i, outcome),
+            () = &mut timeout => break,
+            _ = hard.wait_for(|h| *h) => { cut_short = true; break; }
+        }
+        // Confirms that arrived together: their successors go out in one publish.
+        while let Some(Some((i, outcome))) = pending.next().now_or_never() {
+            record(i, outcome);
+        }
+        if !successors.is_empty() {
+            pending.extend(send(shared, claimed, &std::mem::take(&mut successors), &mut outgoing).await);
+        }
+    }
+    let unsent = outgoing.iter().map(Option::is_some).collect();
+    Ok(Sent { outcomes, unsent, cut_short })
+}
+
+/// Each claimed row's message, encoded with the wire contract and routed by the routing strategy;
+/// taken out as it is sent.
+fn encode<P>(shared: &Shared<P>, claimed: &[store::Claimed]) -> Vec<Option<OutgoingMessage>> {
+    let s = &shared.settings;
+    claimed
+        .iter()
+        .map(|c| {
+            Some(OutgoingMessage {
+                event_id: c.event.id,
+                exchange: s.exchange.clone(),
+                routing_key: shared.routing.routing_key(&c.event),
+                message: wire::encode(&c.event, s.app_id.as_deref()),
             })
-            .collect()
-    }
+        })
+        .collect()
+}
 
-    /// Publishes the rows `which` of a batch (taking their messages out of `outgoing`); returns
-    /// their confirms, tagged with the rows' indexes. With the feature `otel`, each confirm is
-    /// awaited in the event's `outbox.publish` span, whose trace context its message carries.
-    async fn send(
-        &self,
-        claimed: &[store::Claimed],
-        which: &[usize],
-        outgoing: &mut [Option<OutgoingMessage>],
-    ) -> Vec<impl Future<Output = (usize, PublishOutcome)> + use<P>> {
-        let mut messages: Vec<_> = which.iter().filter_map(|&i| outgoing[i].take()).collect();
-        metrics::counter!(crate::metrics::PUBLISH_ATTEMPTS).increment(messages.len() as u64);
-        let mut spans = publish_spans(claimed, which, &mut messages).into_iter();
-        let sent = Instant::now();
-        let confirms = self.shared.publisher.publish(messages).await;
-        which
-            .iter()
-            .zip(confirms)
-            .map(|(&i, f)| {
-                let confirmed = f.map(move |outcome| {
-                    metrics::histogram!(crate::metrics::PUBLISH_TO_CONFIRM).record(sent.elapsed().as_secs_f64());
-                    (i, outcome)
-                });
-                confirmed.instrument(spans.next().unwrap_or_else(Span::none))
-            })
-            .collect()
+/// Publishes the rows `which` of a batch (taking their messages out of `outgoing`); returns their
+/// confirms, tagged with the rows' indexes. With the feature `otel`, each confirm is awaited in the
+/// event's `outbox.publish` span, whose trace context its message carries.
+async fn send<P: Publisher>(
+    shared: &Shared<P>,
+    claimed: &[store::Claimed],
+    which: &[usize],
+    outgoing: &mut [Option<OutgoingMessage>],
+) -> Vec<impl Future<Output = (usize, PublishOutcome)> + use<P>> {
+    let mut messages: Vec<_> = which.iter().filter_map(|&i| outgoing[i].take()).collect();
+    metrics::counter!(crate::metrics::PUBLISH_ATTEMPTS).increment(messages.len() as u64);
+    let mut spans = publish_spans(claimed, which, &mut messages).into_iter();
+    let sent = Instant::now();
+    let confirms = shared.publisher.publish(messages).await;
+    which
+        .iter()
+        .zip(confirms)
+        .map(|(&i, f)| {
+            let confirmed = f.map(move |outcome| {
+                metrics::histogram!(crate::metrics::PUBLISH_TO_CONFIRM).record(sent.elapsed().as_secs_f64());
+                (i, outcome)
+            });
+            confirmed.instrument(spans.next().unwrap_or_else(Span::none))
+        })
+        .collect()
+}
+
+/// Counts what became of each row before its outcome is recorded: the commit-to-confirm time of a
+/// confirmed row; a failure by kind (and in the summary's tally), with a retry counted, a
+/// quarantine logged at `warn` and the failure at `debug`.
+fn count_outcomes<P>(shared: &Shared<P>, sorted: &Outcomes<'_>, now: SystemTime) {
+    for c in &sorted.published {
+        metrics::histogram!(crate::metrics::COMMIT_TO_CONFIRM)
+            .record(now.duration_since(c.event.created_at).unwrap_or_default().as_secs_f64());
+    }
+    for _ in 0..sorted.unavailable {
+        shared.tally.failed(FailureKind::Unavailable);
+        metrics::counter!(crate::metrics::PUBLISH_FAILURES, "kind" => FailureKind::Unavailable.as_str()).increment(1);
+    }
+    for outcome::Charged { row: c, failure, decision } in &sorted.charged {
+        match decision {
+            RetryDecision::RetryAt(_) => {
+                metrics::counter!(crate::metrics::PUBLISH_RETRIES, "kind" => failure.kind.as_str()).increment(1);
+            }
+            RetryDecision::Quarantine(reason) => {
+                tracing::warn!(event_id = %c.event.id, entity = ?c.event.entity.as_ref().map(|e| &e.key),
+                    correlation_id = c.event.correlation_id.as_deref(), kind = %failure.kind, %reason, "outbox.quarantine");
+            }
+        }
+        metrics::counter!(crate::metrics::PUBLISH_FAILURES, "kind" => failure.kind.as_str()).increment(1);
+        shared.tally.failed(failure.kind);
+        tracing::debug!(event_id = %c.event.id, correlation_id = c.event.correlation_id.as_deref(), kind = %failure.kind,
+            reason = %failure.reason, attempts = c.attempts, "outbox.publish_failed");
     }
 }
 
@@ -156,17 +191,6 @@ fn publish_spans(claimed: &[store::Claimed], which: &[usize], messages: &mut [Ou
 #[cfg(not(feature = "otel"))]
 fn publish_spans(_: &[store::Claimed], _: &[usize], _: &mut [OutgoingMessage]) -> Vec<Span> {
     Vec::new()
-}
-
-/// What became of a batch's messages.
-pub(super) struct Sent {
-    /// Each row's confirm, if it came.
-    pub(super) outcomes: Vec<Option<PublishOutcome>>,
-    /// Each row's message was never handed to the publisher (an earlier event of its entity in the
-    /// batch was not confirmed).
-    pub(super) unsent: Vec<bool>,
-    /// A hard stop cut the wait for confirms short.
-    pub(super) cut_short: bool,
 }
 
 /// The claimed rows as runs of one entity each: the first row of every run (every unordered row is

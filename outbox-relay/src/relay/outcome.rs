@@ -1,14 +1,25 @@
-//! What each row's outcome means for the row, decided apart from I/O ([`classify_outcome`]), what
-//! to record for a batch ([`Outcomes`]), and what a round did ([`BatchReport`]).
+//! What each row's outcome means for the row, decided apart from I/O: [`classify_outcome`] reads
+//! what became of its message ([`Sent`]), the retry policy decides on a failure of the event's own,
+//! and [`sort_outcomes`] gathers what to record for the batch ([`Outcomes`]). Also [`BatchReport`],
+//! what a round did.
 
 use std::time::{Duration, SystemTime};
 
-use outbox_core::{FailureKind, PublishFailure, PublishOutcome, Publisher, RetryDecision};
+use outbox_core::{FailureKind, PublishFailure, PublishOutcome, RetryDecision, RetryPolicy};
 use uuid::Uuid;
 
-use super::Relay;
-use super::deliver::Sent;
 use crate::store;
+
+/// What became of a batch's messages, row by row.
+pub(super) struct Sent {
+    /// Each row's confirm, if it came.
+    pub(super) outcomes: Vec<Option<PublishOutcome>>,
+    /// Each row's message was never handed to the publisher (an earlier event of its entity in the
+    /// batch was not confirmed).
+    pub(super) unsent: Vec<bool>,
+    /// A hard stop cut the wait for confirms short.
+    pub(super) cut_short: bool,
+}
 
 /// What one claim-publish-record round did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -37,16 +48,28 @@ pub struct BatchReport {
 /// What to record for a batch, row by row.
 #[derive(Default)]
 pub(super) struct Outcomes<'a> {
-    /// Tuple ids of confirmed rows.
-    pub(super) published: Vec<&'a str>,
-    /// Failures charged to their events.
+    /// Confirmed rows.
+    pub(super) published: Vec<&'a store::Claimed>,
+    /// Failures charged to their events, as they are recorded.
     pub(super) failures: Vec<store::Failure>,
+    /// The rows of `failures`, in the same order, with each failure as it came and the retry
+    /// policy's decision.
+    pub(super) charged: Vec<Charged<'a>>,
     /// Sent, outcome unknown, the relay is stopping: given back as they are.
     pub(super) released: Vec<Uuid>,
     /// Not sent, or lost with the broker's connection: given back with the attempt taken back.
     pub(super) unsent: Vec<Uuid>,
     /// Of `unsent`, those the broker's outage kept from going out or being confirmed.
     pub(super) unavailable: usize,
+}
+
+/// A row charged with its event's own failure.
+pub(super) struct Charged<'a> {
+    pub(super) row: &'a store::Claimed,
+    /// The failure as the publisher reported it (or the confirm timeout).
+    pub(super) failure: PublishFailure,
+    /// Retry at a time, or quarantine and why.
+    pub(super) decision: RetryDecision,
 }
 
 /// What to record for one row of a batch.
@@ -84,69 +107,54 @@ fn classify_outcome(outcome: Option<PublishOutcome>, unsent: bool, cut_short: bo
     }
 }
 
-impl<P: Publisher> Relay<P> {
-    /// Decides what to record for each row of the batch (see [`classify_outcome`]).
-    pub(super) fn sort_outcomes<'a>(&self, claimed: &'a [store::Claimed], sent: Sent) -> Outcomes<'a> {
-        let now = SystemTime::now();
-        let mut sorted = Outcomes::default();
-        let rows = claimed.iter().zip(sent.outcomes).zip(sent.unsent);
-        for ((c, outcome), unsent) in rows {
-            let id = c.event.id;
-            let failure = match classify_outcome(outcome, unsent, sent.cut_short) {
-                Disposition::Published => {
-                    sorted.published.push(c.tid.as_str());
-                    metrics::histogram!(crate::metrics::COMMIT_TO_CONFIRM)
-                        .record(now.duration_since(c.event.created_at).unwrap_or_default().as_secs_f64());
-                    continue;
-                }
-                Disposition::GiveBack => {
-                    sorted.released.push(*id.as_uuid());
-                    continue;
-                }
-                Disposition::TakeBack { unavailable } => {
-                    if unavailable {
-                        self.shared.tally.failed(FailureKind::Unavailable);
-                        metrics::counter!(crate::metrics::PUBLISH_FAILURES, "kind" => FailureKind::Unavailable.as_str())
-                            .increment(1);
-                    }
-                    sorted.unavailable += usize::from(unavailable);
-                    sorted.unsent.push(*id.as_uuid());
-                    continue;
-                }
-                Disposition::Failed(f) => f,
-            };
-            sorted.failures.push(self.charge(c, failure, now));
+/// Decides what to record for each row of a batch (see [`classify_outcome`]); a failure of the
+/// event's own is retried or quarantined as `retry` decides at `now`.
+pub(super) fn sort_outcomes<'a>(
+    claimed: &'a [store::Claimed],
+    sent: Sent,
+    retry: &RetryPolicy,
+    now: SystemTime,
+) -> Outcomes<'a> {
+    let mut sorted = Outcomes::default();
+    let rows = claimed.iter().zip(sent.outcomes).zip(sent.unsent);
+    for ((c, outcome), unsent) in rows {
+        match classify_outcome(outcome, unsent, sent.cut_short) {
+            Disposition::Published => sorted.published.push(c),
+            Disposition::GiveBack => sorted.released.push(*c.event.id.as_uuid()),
+            Disposition::TakeBack { unavailable } => {
+                sorted.unavailable += usize::from(unavailable);
+                sorted.unsent.push(*c.event.id.as_uuid());
+            }
+            Disposition::Failed(failure) => {
+                let decision = retry.decide(c.attempts, c.event.created_at, now, failure.kind);
+                sorted.failures.push(failure_to_record(c, &failure, decision, now));
+                sorted.charged.push(Charged { row: c, failure, decision });
+            }
         }
-        sorted
     }
+    sorted
+}
 
-    /// Charges a row with its event's failure: the retry policy decides whether it is retried (and
-    /// when) or quarantined.
-    fn charge(&self, c: &store::Claimed, failure: PublishFailure, now: SystemTime) -> store::Failure {
-        let s = &self.shared.settings;
-        let id = c.event.id;
-        let (quarantine, delay) = match s.retry.decide(c.attempts, c.event.created_at, now, failure.kind) {
-            RetryDecision::RetryAt(t) => {
-                metrics::counter!(crate::metrics::PUBLISH_RETRIES, "kind" => failure.kind.as_str()).increment(1);
-                (false, t.duration_since(now).unwrap_or_default())
-            }
-            RetryDecision::Quarantine(reason) => {
-                tracing::warn!(event_id = %id, entity = ?c.event.entity.as_ref().map(|e| &e.key),
-                    correlation_id = c.event.correlation_id.as_deref(), kind = %failure.kind, %reason, "outbox.quarantine");
-                (true, Duration::ZERO)
-            }
-        };
-        metrics::counter!(crate::metrics::PUBLISH_FAILURES, "kind" => failure.kind.as_str()).increment(1);
-        self.shared.tally.failed(failure.kind);
-        tracing::debug!(event_id = %id, correlation_id = c.event.correlation_id.as_deref(), kind = %failure.kind,
-            reason = %failure.reason, attempts = c.attempts, "outbox.publish_failed");
-        let reason = if quarantine { format!("{} (quarantined)", failure.reason) } else { failure.reason };
-        store::Failure { id, quarantine, delay, reason, kind: failure.kind }
-    }
+/// What to record for a row charged with `failure`: due again when the retry policy said, or
+/// quarantined.
+fn failure_to_record(
+    c: &store::Claimed,
+    failure: &PublishFailure,
+    decision: RetryDecision,
+    now: SystemTime,
+) -> store::Failure {
+    let (quarantine, delay) = match decision {
+        RetryDecision::RetryAt(t) => (false, t.duration_since(now).unwrap_or_default()),
+        RetryDecision::Quarantine(_) => (true, Duration::ZERO),
+    };
+    let reason = if quarantine { format!("{} (quarantined)", failure.reason) } else { failure.reason.clone() };
+    store::Failure { id: c.event.id, quarantine, delay, reason, kind: failure.kind }
 }
 
 #[cfg(test)]
 mod tests {
+    use outbox_core::{Entity, Event, EventId, Payload};
+
     use super::*;
 
     /// Every combination of the `unsent` and `cut_short` flags.
@@ -215,5 +223,70 @@ mod tests {
         assert_eq!(f.kind, FailureKind::Transient);
         assert!(f.reason.starts_with("no confirm"), "{}", f.reason);
         assert!(f.reason.ends_with("within the confirm timeout"), "{}", f.reason);
+    }
+
+    /// A claimed row of entity `a` at `seq`, attempted once.
+    fn row(seq: u64) -> store::Claimed {
+        let payload = Payload::new(b"{}".to_vec(), "application/json");
+        let mut event = Event::new(EventId::new(), "order.placed", payload, SystemTime::now());
+        event.entity = Some(Entity { key: "a".to_owned(), seq });
+        store::Claimed { event, attempts: 1, tid: format!("(0,{seq})") }
+    }
+
+    /// A policy without jitter: every retry is due 2 s later.
+    fn two_seconds() -> RetryPolicy {
+        RetryPolicy::default().initial_delay(Duration::from_secs(2)).max_delay(Duration::from_secs(2))
+    }
+
+    #[test]
+    fn each_row_is_sorted_into_what_to_record_for_it() {
+        let claimed: Vec<_> = (1..=5).map(row).collect();
+        let failed = |kind| Some(PublishOutcome::Failed(PublishFailure::new(kind, "reply 312 NO_ROUTE")));
+        let sent = Sent {
+            outcomes: vec![
+                Some(PublishOutcome::Confirmed),
+                failed(FailureKind::Unavailable),
+                None,
+                None,
+                failed(FailureKind::Rejected),
+            ],
+            unsent: vec![false, false, true, false, false],
+            cut_short: false,
+        };
+        let now = SystemTime::now();
+        let sorted = sort_outcomes(&claimed, sent, &two_seconds(), now);
+        let id = |i: usize| *claimed[i].event.id.as_uuid();
+        assert_eq!(sorted.published.iter().map(|c| c.tid.as_str()).collect::<Vec<_>>(), ["(0,1)"]);
+        assert_eq!(sorted.unsent, [id(1), id(2)]);
+        assert_eq!(sorted.unavailable, 1);
+        assert!(sorted.released.is_empty());
+
+        // The timed-out row is retried after the policy's delay; the rejected one is quarantined.
+        let [retried, quarantined] = &sorted.failures[..] else { panic!("two failures: {:?}", sorted.failures) };
+        assert_eq!((*retried.id.as_uuid(), retried.quarantine, retried.delay), (id(3), false, Duration::from_secs(2)));
+        assert_eq!(retried.kind, FailureKind::Transient);
+        assert_eq!(retried.reason, "no confirm from the broker within the confirm timeout");
+        assert_eq!((*quarantined.id.as_uuid(), quarantined.quarantine), (id(4), true));
+        assert_eq!(quarantined.delay, Duration::ZERO);
+        assert_eq!(quarantined.reason, "reply 312 NO_ROUTE (quarantined)");
+        let charged: Vec<_> = sorted.charged.iter().map(|c| (c.row.tid.as_str(), c.failure.kind)).collect();
+        assert_eq!(charged, [("(0,4)", FailureKind::Transient), ("(0,5)", FailureKind::Rejected)]);
+        assert_eq!(sorted.charged[0].decision, RetryDecision::RetryAt(now + Duration::from_secs(2)));
+        assert!(matches!(sorted.charged[1].decision, RetryDecision::Quarantine(_)));
+    }
+
+    #[test]
+    fn a_hard_stop_gives_back_the_sent_rows_it_cut_short_and_charges_nothing() {
+        let claimed: Vec<_> = (1..=3).map(row).collect();
+        let sent = Sent {
+            outcomes: vec![Some(PublishOutcome::Confirmed), None, None],
+            unsent: vec![false, false, true],
+            cut_short: true,
+        };
+        let sorted = sort_outcomes(&claimed, sent, &two_seconds(), SystemTime::now());
+        assert_eq!(sorted.published.len(), 1);
+        assert_eq!(sorted.released, [*claimed[1].event.id.as_uuid()]);
+        assert_eq!(sorted.unsent, [*claimed[2].event.id.as_uuid()]);
+        assert!(sorted.failures.is_empty() && sorted.charged.is_empty());
     }
 }

@@ -5,50 +5,49 @@ use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use outbox_core::{Backoff, FailureKind, Publisher};
+use outbox_core::{Backoff, FailureKind};
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use super::outcome::Outcomes;
-use super::{BatchReport, Relay};
+use super::outcome::{BatchReport, Outcomes};
+use super::shared::Shared;
 use crate::store;
 use crate::{Error, Result};
 
-impl<P: Publisher> Relay<P> {
-    /// Records a batch's outcomes, fenced by its claim token. A statement the database does not
-    /// answer (a restart, a dropped connection) is tried again until it does, while the claim's
-    /// lease lasts: the confirms are kept, so confirmed rows are not published again and the
-    /// entities' successors move on as soon as the database is back, instead of after the lease.
-    pub(super) async fn record(
-        &self,
-        sorted: &Outcomes<'_>,
-        token: Uuid,
-        report: &mut BatchReport,
-        mut r: Recording,
-    ) -> Result<()> {
-        let pool = &self.shared.pool;
-        let started = Instant::now();
-        let owned = r.retry("mark published", || store::mark_published(pool, &sorted.published, token)).await?;
-        report.published = sorted.published.len();
-        report.lost_claims += r.lost(sorted.published.len(), owned);
-        self.shared.tally.published(owned);
-        if let Some(every) = self.shared.settings.vacuum_after
-            && self.shared.published_since_vacuum.fetch_add(owned, Ordering::Relaxed) + owned >= every
-        {
-            self.shared.vacuum_due.notify_one();
-        }
-        report.quarantined = sorted.failures.iter().filter(|f| f.quarantine).count();
-        report.retried = sorted.failures.len() - report.quarantined;
-        let owned = r.retry("record failures", || store::mark_failed(pool, &sorted.failures, token)).await?;
-        report.lost_claims += r.lost(sorted.failures.len(), owned);
-        let released = r.retry("release", || store::release(pool, &sorted.released, token, false)).await?;
-        report.released = usize::try_from(released).unwrap_or(0);
-        let unsent = r.retry("give back unsent", || store::release(pool, &sorted.unsent, token, true)).await?;
-        report.unavailable = sorted.unavailable;
-        report.held_back = usize::try_from(unsent).unwrap_or(0).saturating_sub(sorted.unavailable);
-        metrics::histogram!(crate::metrics::RECORD_SECONDS).record(started.elapsed().as_secs_f64());
-        Ok(())
+/// Records a batch's outcomes, fenced by its claim token, into `report`. A statement the database
+/// does not answer (a restart, a dropped connection) is tried again until it does, while the
+/// claim's lease lasts: the confirms are kept, so confirmed rows are not published again and the
+/// entities' successors move on as soon as the database is back, instead of after the lease.
+pub(super) async fn record<P>(
+    shared: &Shared<P>,
+    sorted: &Outcomes<'_>,
+    token: Uuid,
+    report: &mut BatchReport,
+    mut r: Recording,
+) -> Result<()> {
+    let pool = &shared.pool;
+    let published: Vec<&str> = sorted.published.iter().map(|c| c.tid.as_str()).collect();
+    let started = Instant::now();
+    let owned = r.retry("mark published", || store::mark_published(pool, &published, token)).await?;
+    report.published = published.len();
+    report.lost_claims += r.lost(published.len(), owned);
+    shared.tally.published(owned);
+    if let Some(every) = shared.settings.vacuum_after
+        && shared.published_since_vacuum.fetch_add(owned, Ordering::Relaxed) + owned >= every
+    {
+        shared.vacuum_due.notify_one();
     }
+    report.quarantined = sorted.failures.iter().filter(|f| f.quarantine).count();
+    report.retried = sorted.failures.len() - report.quarantined;
+    let owned = r.retry("record failures", || store::mark_failed(pool, &sorted.failures, token)).await?;
+    report.lost_claims += r.lost(sorted.failures.len(), owned);
+    let released = r.retry("release", || store::release(pool, &sorted.released, token, false)).await?;
+    report.released = usize::try_from(released).unwrap_or(0);
+    let unsent = r.retry("give back unsent", || store::release(pool, &sorted.unsent, token, true)).await?;
+    report.unavailable = sorted.unavailable;
+    report.held_back = usize::try_from(unsent).unwrap_or(0).saturating_sub(sorted.unavailable);
+    metrics::histogram!(crate::metrics::RECORD_SECONDS).record(started.elapsed().as_secs_f64());
+    Ok(())
 }
 
 /// How long a batch's recording may keep trying, and what cuts it short.

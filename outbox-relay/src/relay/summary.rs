@@ -1,16 +1,12 @@
-//! The relay's summary at `info`, once a minute: what it published, what failed by kind and what
-//! it took over since the last line, and the backlog, so an operator following the log sees the
-//! relay work without turning on `debug`.
+//! What the relay did since its last summary line (published, failed by kind, taken over), as the
+//! line shows it. The line itself is a background task (`tasks.rs`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use outbox_core::{FailureKind, Publisher};
-
-use super::Shared;
+use outbox_core::FailureKind;
 
 /// What the relay did since the last summary.
 #[derive(Debug, Default)]
@@ -34,7 +30,7 @@ impl Tally {
     }
 
     /// Takes what was counted, leaving zeros: published, taken over, failures as `kind=n ...`.
-    fn take(&self) -> (u64, u64, String) {
+    pub(super) fn take(&self) -> (u64, u64, String) {
         let failed = std::mem::take(&mut *self.failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
         let mut text = String::new();
         for (kind, n) in failed {
@@ -44,24 +40,6 @@ impl Tally {
             text.push_str("none");
         }
         (self.published.swap(0, Ordering::Relaxed), self.taken_over.swap(0, Ordering::Relaxed), text)
-    }
-}
-
-/// Logs the summary every `summary_interval`, until aborted.
-pub(super) async fn summarize<P: Publisher>(shared: Arc<Shared<P>>) {
-    let Some(every) = shared.settings.summary_interval else {
-        return;
-    };
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        let (published, taken_over, failed) = shared.tally.take();
-        match outbox_producer::admin::backlog(&shared.pool).await {
-            Ok(b) => tracing::info!(published, failed = %failed, taken_over, waiting = b.waiting, held = b.held,
-                oldest_waiting_secs = b.oldest_waiting_age.as_secs(), "outbox.summary"),
-            Err(e) => tracing::info!(published, failed = %failed, taken_over, backlog = %e, "outbox.summary"),
-        }
     }
 }
 

@@ -1,5 +1,8 @@
 //! The relay's background tasks: LISTEN for commits, housekeeping (rows held behind formerly
-//! quarantined events), the vacuum of the outbox table; and the wait for a task that failed.
+//! quarantined events), the vacuum of the outbox table, the gauges, retention, and the summary
+//! line at `info` once a minute (what the relay published, what failed by kind and what it took
+//! over since the last line, and the backlog, so an operator following the log sees the relay work
+//! without turning on `debug`); and the wait for a task that failed.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -8,7 +11,7 @@ use std::time::Duration;
 use outbox_core::{Backoff, Publisher};
 use tokio::task::JoinSet;
 
-use super::Shared;
+use super::shared::Shared;
 use crate::Result;
 use crate::store;
 
@@ -134,6 +137,24 @@ pub(super) async fn retention<P: Publisher>(shared: Arc<Shared<P>>) {
             Ok(0) => {}
             Ok(n) => tracing::info!(deleted = n, "outbox.retention: old final rows deleted"),
             Err(e) => tracing::warn!(error = %e, "outbox retention failed; trying again at the next interval"),
+        }
+    }
+}
+
+/// Logs the summary every `summary_interval`, until aborted.
+pub(super) async fn summarize<P: Publisher>(shared: Arc<Shared<P>>) {
+    let Some(every) = shared.settings.summary_interval else {
+        return;
+    };
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let (published, taken_over, failed) = shared.tally.take();
+        match outbox_producer::admin::backlog(&shared.pool).await {
+            Ok(b) => tracing::info!(published, failed = %failed, taken_over, waiting = b.waiting, held = b.held,
+                oldest_waiting_secs = b.oldest_waiting_age.as_secs(), "outbox.summary"),
+            Err(e) => tracing::info!(published, failed = %failed, taken_over, backlog = %e, "outbox.summary"),
         }
     }
 }

@@ -1,76 +1,33 @@
-//! The relay's settings and [`RelayBuilder`], with the default of each; the relay's own
-//! connections; the crash points of failure tests.
+//! [`RelayBuilder`]: every setting of a relay with its default, and the relay's own connections.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::Duration;
 
 use outbox_core::{ExchangeKind, Publisher, RetryPolicy};
 use sqlx::postgres::PgConnectOptions;
-use tokio::sync::Notify;
 use uuid::Uuid;
 
-use super::{Relay, Shared};
+use super::run::Relay;
+#[cfg(feature = "fail-points")]
+use super::settings::CrashPoint;
+use super::settings::Settings;
+use super::shared::Shared;
 use crate::defaults;
 use crate::routing::{ByEventType, RoutingStrategy};
 use crate::store;
 use crate::{Error, Result};
 
-/// Points where a relay can be made to stop as if its process died (no further writes), for
-/// failure tests. Only with the `fail-points` feature.
-#[cfg(feature = "fail-points")]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum CrashPoint {
-    /// Rows are claimed; nothing was published.
-    AfterClaim,
-    /// The batch was sent to the broker; its confirms are not awaited.
-    AfterPublishBeforeConfirm,
-    /// The broker confirmed the batch; nothing was marked published.
-    AfterConfirmBeforeMark,
-}
-
-/// Settings of a [`Relay`]; every one has a documented default in [`RelayBuilder`].
-#[derive(Debug, Clone)]
-pub(super) struct Settings {
-    pub(super) relay_id: String,
-    pub(super) batch_size: usize,
-    pub(super) events_per_entity: usize,
-    pub(super) confirm_window: usize,
-    pub(super) lease: Duration,
-    pub(super) poll_interval: Duration,
-    pub(super) linger: Duration,
-    pub(super) fast_poll_interval: Duration,
-    pub(super) confirm_timeout: Duration,
-    pub(super) shutdown_deadline: Duration,
-    pub(super) retry: RetryPolicy,
-    pub(super) exchange: String,
-    pub(super) exchange_kind: ExchangeKind,
-    pub(super) declare_exchange: bool,
-    pub(super) app_id: Option<String>,
-    pub(super) synchronous_commit: bool,
-    pub(super) vacuum_after: Option<u64>,
-    pub(super) gauge_interval: Option<Duration>,
-    pub(super) summary_interval: Option<Duration>,
-    pub(super) retention: Option<outbox_producer::Retention>,
-    pub(super) retention_interval: Duration,
-    pub(super) cipher: Option<outbox_core::PayloadCipher>,
-    pub(super) end_to_end: bool,
-    #[cfg(feature = "fail-points")]
-    pub(super) crash_at: Option<CrashPoint>,
-}
-
-impl Settings {
-    /// What the claim does with sealed payloads.
-    pub(super) fn sealed(&self) -> crate::store::Sealed<'_> {
-        if self.end_to_end { crate::store::Sealed::Forward } else { crate::store::Sealed::Open(self.cipher.as_ref()) }
-    }
-
-    /// Full batches the confirm window holds: each may be recording its outcome while the next
-    /// ones are claimed, so the relay's pool has two connections per batch (and three more for the
-    /// claim, the listener and housekeeping).
-    fn full_batches(&self) -> usize {
-        self.confirm_window.div_ceil(self.batch_size).max(1)
+impl<P: Publisher> Relay<P> {
+    /// Starts a builder over the outbox in the database `connect` leads to, publishing with
+    /// `publisher`.
+    ///
+    /// The relay opens connections of its own with these options: a pool sized for its confirm
+    /// window (two connections per full batch in flight, and three for claiming, listening and
+    /// housekeeping), each with the planner settings its claim relies on, `synchronous_commit` as
+    /// [`RelayBuilder::synchronous_commit`] says, and a 3 s wait for a free connection. From a
+    /// pool the service already has: `pool.connect_options().as_ref().clone()`.
+    pub fn builder(connect: PgConnectOptions, publisher: P) -> RelayBuilder<P> {
+        RelayBuilder::new(connect, publisher)
     }
 }
 
@@ -95,9 +52,9 @@ fn default_relay_id() -> String {
 }
 
 impl<P: Publisher> RelayBuilder<P> {
-    /// A builder over the outbox in `pool`, publishing with `publisher`, with every default (see
-    /// [`Relay::builder`]).
-    pub(super) fn new(connect: PgConnectOptions, publisher: P) -> Self {
+    /// A builder over the outbox in the database `connect` leads to, publishing with `publisher`,
+    /// with every default (see [`Relay::builder`]).
+    fn new(connect: PgConnectOptions, publisher: P) -> Self {
         RelayBuilder {
             connect,
             publisher,
@@ -385,22 +342,7 @@ impl<P: Publisher> RelayBuilder<P> {
             // outage is not held up by sqlx's default of 30 s.
             .acquire_timeout(Duration::from_secs(3))
             .connect_lazy_with(relay_connect_options(self.connect, session));
-        Ok(Relay {
-            shared: Arc::new(Shared {
-                pool,
-                publisher: self.publisher,
-                routing: self.routing,
-                settings: self.settings,
-                wake: Notify::new(),
-                crashed: AtomicBool::new(false),
-                listening: AtomicBool::new(false),
-                published_since_vacuum: AtomicU64::new(0),
-                vacuum_due: Notify::new(),
-                claiming: tokio::sync::Mutex::new(()),
-                health: Default::default(),
-                tally: Default::default(),
-            }),
-        })
+        Ok(Relay { shared: Arc::new(Shared::new(pool, self.publisher, self.routing, self.settings)) })
     }
 }
 

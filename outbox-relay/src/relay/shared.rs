@@ -1,0 +1,76 @@
+//! The state a relay's tasks share: its connections, publisher, routing and settings, and what the
+//! claim loop, the delivery tasks and the background tasks tell each other. Every step of the
+//! relay takes it as an argument.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+
+use sqlx::PgPool;
+use tokio::sync::Notify;
+
+use super::health::HealthState;
+#[cfg(feature = "fail-points")]
+use super::settings::CrashPoint;
+use super::settings::Settings;
+use super::summary::Tally;
+use crate::routing::RoutingStrategy;
+#[cfg(feature = "fail-points")]
+use crate::{Error, Result};
+
+/// The state a relay's tasks share.
+pub(super) struct Shared<P> {
+    /// The relay's own connections.
+    pub(super) pool: PgPool,
+    pub(super) publisher: P,
+    pub(super) routing: Arc<dyn RoutingStrategy>,
+    pub(super) settings: Settings,
+    /// Wakes the claim loop: a commit was notified, or rows held behind a quarantine are due again.
+    pub(super) wake: Notify,
+    /// A batch reached an armed crash point: the relay is "dead" and writes nothing more.
+    pub(super) crashed: AtomicBool,
+    /// Whether this relay is registered in `outbox_relay_listeners`.
+    pub(super) listening: AtomicBool,
+    /// Rows this relay marked published since its last vacuum of the table.
+    pub(super) published_since_vacuum: AtomicU64,
+    /// Signalled when `published_since_vacuum` reached `vacuum_after`.
+    pub(super) vacuum_due: Notify,
+    /// Held while this relay claims (its claim loop, or [`Relay::run_batch`](super::Relay::run_batch)).
+    /// Two claims at the same moment would see the same ready rows and split them between them
+    /// (`SKIP LOCKED`), each paying a full scan for half a batch.
+    pub(super) claiming: tokio::sync::Mutex<()>,
+    /// What the claim loop tells liveness and readiness probes.
+    pub(super) health: HealthState,
+    /// What the relay did since its last summary line.
+    pub(super) tally: Tally,
+}
+
+impl<P> Shared<P> {
+    /// The state of a relay that has not started yet.
+    pub(super) fn new(pool: PgPool, publisher: P, routing: Arc<dyn RoutingStrategy>, settings: Settings) -> Self {
+        Self {
+            pool,
+            publisher,
+            routing,
+            settings,
+            wake: Notify::new(),
+            crashed: AtomicBool::new(false),
+            listening: AtomicBool::new(false),
+            published_since_vacuum: AtomicU64::new(0),
+            vacuum_due: Notify::new(),
+            claiming: tokio::sync::Mutex::new(()),
+            health: HealthState::default(),
+            tally: Tally::default(),
+        }
+    }
+
+    /// Stops the relay as if killed if `point` is the armed crash point.
+    #[cfg(feature = "fail-points")]
+    pub(super) fn crash_if(&self, point: CrashPoint) -> Result<()> {
+        if self.settings.crash_at == Some(point) {
+            self.crashed.store(true, std::sync::atomic::Ordering::SeqCst);
+            tracing::warn!(?point, "crash point reached: relay stops as if killed");
+            return Err(Error::Crashed);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,118 @@
+//! The functions that bind the relay's statements (`sql.rs`) and run them.
+
+use std::time::Duration;
+
+use outbox_core::{EventId, FailureKind};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use super::decode::{self, Sealed, Taken};
+use super::sql;
+use crate::Result;
+
+/// What to record for a row that was not confirmed.
+#[derive(Debug, Clone)]
+pub(crate) struct Failure {
+    pub(crate) id: EventId,
+    pub(crate) quarantine: bool,
+    pub(crate) delay: Duration,
+    pub(crate) reason: String,
+    pub(crate) kind: FailureKind,
+}
+
+/// Claims up to `batch` due, ready rows under `token`, leased for `lease`: for each ready entity up
+/// to `run` consecutive events.
+pub(crate) async fn claim(
+    pool: &PgPool,
+    batch: usize,
+    run: usize,
+    owner: &str,
+    token: Uuid,
+    lease: Duration,
+    sealed: Sealed<'_>,
+) -> Result<Taken> {
+    let batch = i64::try_from(batch).unwrap_or(i64::MAX);
+    let rows = sqlx::query(sql::CLAIM)
+        .bind(batch.saturating_mul(4))
+        .bind(batch)
+        .bind(owner)
+        .bind(token)
+        .bind(lease.as_secs_f64())
+        .bind(i64::try_from(run.max(1)).unwrap_or(i64::MAX))
+        .fetch_all(pool)
+        .await?;
+    decode::taken(&rows, sealed)
+}
+
+/// Marks confirmed rows (by their claimed tuple ids) published; returns how many this claim still
+/// owned.
+pub(crate) async fn mark_published(pool: &PgPool, tids: &[&str], token: Uuid) -> Result<u64> {
+    if tids.is_empty() {
+        return Ok(0);
+    }
+    Ok(sqlx::query(sql::MARK_PUBLISHED).bind(tids).bind(token).execute(pool).await?.rows_affected())
+}
+
+/// Records failures (retry later or quarantine); returns how many this claim still owned.
+pub(crate) async fn mark_failed(db: impl sqlx::PgExecutor<'_>, failures: &[Failure], token: Uuid) -> Result<u64> {
+    if failures.is_empty() {
+        return Ok(0);
+    }
+    let ids: Vec<Uuid> = failures.iter().map(|f| *f.id.as_uuid()).collect();
+    let quarantine: Vec<bool> = failures.iter().map(|f| f.quarantine).collect();
+    let delays: Vec<f64> = failures.iter().map(|f| f.delay.as_secs_f64()).collect();
+    let reasons: Vec<&str> = failures.iter().map(|f| f.reason.as_str()).collect();
+    let kinds: Vec<&str> = failures.iter().map(|f| f.kind.as_str()).collect();
+    Ok(sqlx::query(sql::MARK_FAILED)
+        .persistent(false)
+        .bind(&ids)
+        .bind(&quarantine)
+        .bind(&delays)
+        .bind(&reasons)
+        .bind(&kinds)
+        .bind(token)
+        .execute(db)
+        .await?
+        .rows_affected())
+}
+
+/// Gives rows back without recording an attempt outcome, so another relay takes them at once;
+/// `unsent`: they were never sent (an earlier event of their entity was not confirmed), so the
+/// claim's attempt is taken back.
+pub(crate) async fn release(db: impl sqlx::PgExecutor<'_>, ids: &[Uuid], token: Uuid, unsent: bool) -> Result<u64> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    Ok(sqlx::query(sql::RELEASE)
+        .persistent(false)
+        .bind(ids)
+        .bind(token)
+        .bind(unsent)
+        .execute(db)
+        .await?
+        .rows_affected())
+}
+
+/// Releases the rows of a claim whose answer never arrived; returns how many it had taken.
+pub(crate) async fn release_claim(pool: &PgPool, token: Uuid) -> Result<u64> {
+    Ok(sqlx::query(sql::RELEASE_CLAIM).bind(token).execute(pool).await?.rows_affected())
+}
+
+/// Registers `relay_id` as waiting for notifications until `ttl` from now.
+pub(crate) async fn listen(pool: &PgPool, relay_id: &str, ttl: Duration) -> Result<()> {
+    sqlx::query(sql::LISTEN).bind(relay_id).bind(ttl.as_secs_f64()).execute(pool).await?;
+    Ok(())
+}
+
+/// Withdraws the registration: the relay is busy, commits need not notify.
+pub(crate) async fn unlisten(pool: &PgPool, relay_id: &str) -> Result<()> {
+    sqlx::query(sql::UNLISTEN).bind(relay_id).execute(pool).await?;
+    Ok(())
+}
+
+/// Vacuums the outbox table (see `VACUUM`). Sent as a simple query, as `VACUUM` cannot run in the
+/// implicit transaction of a prepared statement.
+pub(crate) async fn vacuum(pool: &PgPool) -> Result<()> {
+    sqlx::raw_sql(sql::VACUUM).execute(pool).await?;
+    Ok(())
+}
