@@ -9,6 +9,7 @@
 //! its entity's successors held behind it; the consumer sees a duplicate, a stale event, a gap and
 //! a delivery it cannot decode.
 
+#[path = "it/support.rs"]
 mod support;
 
 use std::net::SocketAddr;

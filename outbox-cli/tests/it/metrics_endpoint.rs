@@ -1,0 +1,131 @@
+//! `outbox relay --metrics-addr`: the real binary serves /metrics in the Prometheus text format
+//! with the relay's counts, /healthz and /readyz; an address that cannot be bound stops it at
+//! start-up with the cause.
+
+use crate::support;
+
+use std::time::Duration;
+
+use crate::support::{AT_ONCE, Running, assert_failed_with, closed_port, http_get, outbox};
+use outbox_core::NewEvent;
+use outbox_testkit::{ChaosProxy, Harness, wait_for};
+
+const EVENTS: usize = 20;
+
+fn relay(h: &Harness, port: u16) -> std::process::Command {
+    relay_via(h, port, &outbox_testkit::amqp_url())
+}
+
+fn relay_via(h: &Harness, port: u16, amqp_url: &str) -> std::process::Command {
+    let mut cmd = outbox();
+    cmd.arg("relay")
+        .args(["--exchange", h.exchange(), "--no-declare-exchange", "--gauge-interval-secs", "0.2"])
+        .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+        .env("DATABASE_URL", h.db().url())
+        .env("AMQP_URL", amqp_url);
+    cmd
+}
+
+/// Waits until `path` answers `status`; returns the body.
+async fn wait_status(port: u16, path: &str, status: u16, deadline: Duration) -> String {
+    wait_for(&format!("{path} to answer {status}"), deadline, || async {
+        let (got, body) = http_get(port, path).await?;
+        (got == status).then_some(body)
+    })
+    .await
+    .expect("status")
+}
+
+async fn enqueue(h: &Harness) {
+    let mut tx = h.pool().begin().await.expect("begin");
+    let events: Vec<NewEvent> = (0..EVENTS)
+        .map(|i| NewEvent::json("order.placed", &serde_json::json!({ "i": i })).expect("json").entity(format!("o-{i}")))
+        .collect();
+    h.outbox().enqueue_many(&mut *tx, events).await.expect("enqueue");
+    tx.commit().await.expect("commit");
+}
+
+/// The value of an unlabelled sample `name` in a Prometheus text page.
+fn sample(page: &str, name: &str) -> Option<f64> {
+    page.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+#[tokio::test]
+async fn the_relay_serves_its_metrics_and_its_health_over_http() {
+    let h = Harness::builder().defer_relay().start().await.expect("harness");
+    enqueue(&h).await;
+    let port = closed_port();
+    let running = Running::spawn(relay(&h, port));
+
+    wait_status(port, "/readyz", 200, Duration::from_secs(60)).await;
+    h.recorder().wait_for_count(EVENTS, Duration::from_secs(60)).await.expect("published");
+    let page = wait_for("the published count on /metrics", Duration::from_secs(30), || async {
+        let (status, page) = http_get(port, "/metrics").await?;
+        (status == 200 && sample(&page, "outbox_published_total") == Some(EVENTS as f64)).then_some(page)
+    })
+    .await
+    .expect("metrics");
+    assert!(page.contains("# HELP outbox_published_total"), "described metrics:\n{page}");
+    assert!(page.contains("outbox_commit_to_confirm_seconds"), "latency histogram:\n{page}");
+    assert!(!page.contains("order.placed\",") && !page.contains("o-1"), "no event data in labels:\n{page}");
+    assert_eq!(http_get(port, "/healthz").await.map(|(s, _)| s), Some(200));
+    assert_eq!(http_get(port, "/nothing").await.map(|(s, _)| s), Some(404));
+
+    running.signal("-TERM");
+    let (status, lines) = running.finish(Duration::from_secs(60)).await;
+    assert_eq!(status.code(), Some(0), "clean exit on SIGTERM:\n{}", lines.join("\n"));
+    h.close().await.expect("cleanup");
+}
+
+#[tokio::test]
+async fn an_address_that_cannot_be_bound_stops_the_relay_at_start_up() {
+    let h = Harness::builder().defer_relay().start().await.expect("harness");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = taken.local_addr().expect("addr").port();
+    let (status, lines, took) = support::run(relay(&h, port), AT_ONCE * 2).await;
+    assert_failed_with(status, &lines, &format!("cannot listen on 127.0.0.1:{port} for --metrics-addr"));
+    assert!(took < AT_ONCE, "refused at once, took {took:?}");
+    drop(taken);
+    h.close().await.expect("cleanup");
+}
+
+/// The broker goes away while events wait: the relay pauses and says it is not ready (and why),
+/// stays alive, and is ready again once the broker is back and the events went out.
+#[tokio::test]
+async fn readiness_follows_a_broker_outage() {
+    let h = Harness::builder().defer_relay().start().await.expect("harness");
+    let proxy = ChaosProxy::start("127.0.0.1:5672".parse().expect("addr")).await.expect("proxy");
+    let port = closed_port();
+    let running = Running::spawn(relay_via(&h, port, &format!("amqp://guest:guest@{}/%2f", proxy.addr())));
+    wait_status(port, "/readyz", 200, Duration::from_secs(60)).await;
+
+    proxy.refuse();
+    proxy.cut();
+    enqueue(&h).await;
+    let why = wait_status(port, "/readyz", 503, Duration::from_secs(60)).await;
+    assert!(why.contains("broker"), "the reason names the broker: {why}");
+    assert_eq!(http_get(port, "/healthz").await.map(|(s, _)| s), Some(200), "paused, not dead");
+    let waiting = wait_for("the backlog gauges", Duration::from_secs(30), || async {
+        let (_, page) = http_get(port, "/metrics").await?;
+        let aged = sample(&page, "outbox_oldest_waiting_age_seconds")? > 0.0;
+        (sample(&page, "outbox_events_waiting") == Some(EVENTS as f64) && aged).then_some(page)
+    })
+    .await
+    .expect("the waiting events on /metrics");
+    assert_eq!(sample(&waiting, "outbox_events_held"), Some(0.0), "nothing held:\n{waiting}");
+
+    proxy.heal();
+    h.recorder().wait_for_count(EVENTS, Duration::from_secs(60)).await.expect("published after the outage");
+    wait_status(port, "/readyz", 200, Duration::from_secs(60)).await;
+    wait_for("the backlog gauges to drop to zero", Duration::from_secs(30), || async {
+        let (_, page) = http_get(port, "/metrics").await?;
+        (sample(&page, "outbox_events_waiting") == Some(0.0)).then_some(())
+    })
+    .await
+    .expect("nothing waiting");
+    running.signal("-TERM");
+    let (status, lines) = running.finish(Duration::from_secs(60)).await;
+    assert_eq!(status.code(), Some(0), "clean exit on SIGTERM:\n{}", lines.join("\n"));
+    drop(proxy);
+    h.close().await.expect("cleanup");
+}

@@ -1,0 +1,98 @@
+//! `outbox status` on a database in a known state: what waits, what is held and quarantined, what
+//! was published lately, which entities are behind, which relay holds claims (one expired), and
+//! an inbox consumer with a gap — as a table and as JSON, and never the password of the URL.
+
+use crate::support;
+
+use std::process::Output;
+
+use outbox_core::NewEvent;
+use outbox_producer::Outbox;
+use outbox_testkit::TestDb;
+
+/// Runs `outbox status ARGS` against `url`.
+async fn status(url: &str, args: &[&str]) -> Output {
+    support::output(url, &[&["status"], args].concat()).await
+}
+
+/// `order-1`: 3 events, the first published, the second claimed by `relay-x` with an expired
+/// lease. `order-2`: its first event quarantined (`contract`), the second held behind it. One
+/// inbox row of `shipping` parked behind a gap.
+async fn fill(db: &TestDb) {
+    let outbox = Outbox::new();
+    let mut tx = db.pool().begin().await.expect("begin");
+    let events = (0..3)
+        .map(|i| ("order-1", i))
+        .chain((0..2).map(|i| ("order-2", i)))
+        .map(|(e, i)| NewEvent::json("order.changed", &serde_json::json!({ "i": i })).expect("json").entity(e))
+        .collect::<Vec<_>>();
+    outbox.enqueue_many(&mut *tx, events).await.expect("enqueue");
+    tx.commit().await.expect("commit");
+    for statement in [
+        "UPDATE outbox_events SET status = 'published', published_at = now() WHERE entity_key = 'order-1' AND seq = 1",
+        "UPDATE outbox_events SET lease_owner = 'relay-x', claim_token = gen_random_uuid(),
+         lease_until = now() - interval '1 minute' WHERE entity_key = 'order-1' AND seq = 2",
+        "UPDATE outbox_events SET status = 'quarantined', quarantined_at = now(), last_error_kind = 'contract'
+         WHERE entity_key = 'order-2' AND seq = 1",
+        "UPDATE outbox_events SET next_attempt_at = 'infinity' WHERE entity_key = 'order-2' AND seq = 2",
+        "INSERT INTO inbox_entities (consumer, entity_key, last_seq) VALUES ('shipping', 'order-9', 1)",
+        "INSERT INTO inbox_events (consumer, event_id, entity_key, seq, status, received_at)
+         VALUES ('shipping', gen_random_uuid(), 'order-9', 3, 'parked', now() - interval '5 seconds')",
+    ] {
+        sqlx::query(statement).execute(db.pool()).await.expect(statement);
+    }
+}
+
+#[tokio::test]
+async fn status_shows_the_backlog_the_relays_and_the_inbox_as_json_and_as_a_table() {
+    let db = TestDb::new().await.expect("db");
+    fill(&db).await;
+    let url = db.url().replacen("postgres@", "postgres:s3cr3t-pw@", 1);
+    assert!(url.contains("s3cr3t-pw"), "the URL carries a password: {url}");
+
+    let out = status(&url, &["--json"]).await;
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON object");
+    assert_eq!(v["waiting"], 3, "order-1's two and order-2's held one: {v}");
+    assert_eq!(v["held"], 1, "{v}");
+    assert_eq!(v["quarantined"]["contract"], 1, "{v}");
+    assert_eq!(v["published_last_minute"], 1, "{v}");
+    assert_eq!(v["published_last_hour"], 1, "{v}");
+    assert_eq!(v["entities_behind"], 2, "{v}");
+    assert_eq!(v["largest_gap"], 2, "order-1 and order-2 are each two behind: {v}");
+    assert_eq!(v["expired_leases"], 1, "{v}");
+    assert_eq!(v["relays"][0]["owner"], "relay-x", "{v}");
+    assert_eq!((v["relays"][0]["rows"].clone(), v["relays"][0]["expired"].clone()), (1.into(), 1.into()), "{v}");
+    let shipping = &v["inbox"][0];
+    assert_eq!((shipping["consumer"].as_str(), shipping["parked"].as_i64()), (Some("shipping"), Some(1)), "{v}");
+    assert_eq!(shipping["entities_with_gap"], 1, "{v}");
+    assert!(shipping["oldest_parked_age_seconds"].as_f64().is_some_and(|s| s >= 5.0), "{v}");
+
+    let out = status(&url, &[]).await;
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    for line in ["waiting                   3", "quarantined               1 contract", "relay-x", "shipping"] {
+        assert!(table.contains(line), "{line:?} missing from:\n{table}");
+    }
+    for text in [&stdout, &stderr, &table, &String::from_utf8_lossy(&out.stderr)] {
+        assert!(!text.contains("s3cr3t-pw"), "the password is shown:\n{text}");
+    }
+    db.close().await.expect("cleanup");
+}
+
+#[tokio::test]
+async fn status_without_inbox_tables_says_so() {
+    let db = TestDb::empty().await.expect("db");
+    outbox_producer::migrate(db.pool()).await.expect("outbox tables only");
+    let out = status(&db.url(), &[]).await;
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(table.contains("waiting                   0"), "{table}");
+    assert!(table.contains("relays holding claims: none"), "{table}");
+    assert!(table.contains("no inbox tables in this database"), "{table}");
+    let json = status(&db.url(), &["--json"]).await;
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("json");
+    assert!(v["inbox"].is_null(), "{v}");
+    db.close().await.expect("cleanup");
+}

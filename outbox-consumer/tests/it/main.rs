@@ -1,0 +1,10 @@
+//! The consumer's tests on the real PostgreSQL and RabbitMQ: the inbox (duplicates, per-entity
+//! order, parking), the AMQP runner, partitions, retention and sealed payloads. One binary, one
+//! module per concern.
+
+mod inbox;
+mod partitions;
+mod retention;
+mod runner;
+mod sealed;
+mod support;
