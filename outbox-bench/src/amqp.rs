@@ -1,20 +1,25 @@
 //! Messages of the wire contract as the relay sends them, and raw confirmed publishing: what the
 //! relay and consumer benchmarks put on the broker themselves.
 
+use std::cell::{Cell, RefCell};
 use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use lapin::Confirmation;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
-use lapin::{Confirmation, Connection, ConnectionProperties};
 use outbox_core::wire::{self, WireMessage};
 use tokio::time::Instant;
 
 use crate::BoxError;
 use crate::producer::event;
+use crate::wait::{FLOOR, allow_for, within_seeing};
 
 /// Raw publishing: messages awaiting their confirm at once.
 pub(crate) const PUBLISH_WINDOW: usize = 1024;
+/// Messages per second that raw publishing still reaches on a slow, busy host (this one confirms
+/// 14,000 to 34,000), for its deadline.
+const PUBLISH_RATE: u64 = 5_000;
 
 /// Event number `i` of a stream spread round-robin over `entities`, as the relay would send it:
 /// entity `order-<i % entities + 1>`, sequence `i / entities + 1`, a fresh event id.
@@ -27,17 +32,27 @@ pub(crate) fn wire_message(i: u64, entities: u64) -> Result<WireMessage, BoxErro
 
 /// Publishes `messages` to `exchange` with `routing_key` on a connection of its own, `mandatory`,
 /// with publisher confirms and [`PUBLISH_WINDOW`] messages in flight (sliding window). Fails on the
-/// first message that is not confirmed or comes back unroutable. Returns how long it took from the
-/// first publish to the last confirm.
+/// first message that is not confirmed or comes back unroutable, and when the broker has not
+/// confirmed every message within a deadline scaled to their number ([`PUBLISH_RATE`]); the error
+/// then says how many were published and confirmed and whether the broker blocked the connection.
+/// Returns how long it took from the first publish to the last confirm.
 pub(crate) async fn publish_confirmed(
     url: &str,
     exchange: &str,
     routing_key: &str,
-    messages: impl Iterator<Item = Result<WireMessage, BoxError>>,
+    messages: impl ExactSizeIterator<Item = Result<WireMessage, BoxError>>,
 ) -> Result<Duration, BoxError> {
-    let connection = Connection::connect(url, ConnectionProperties::default()).await?;
-    let outcome = async {
-        let channel = connection.create_channel().await?;
+    let total = messages.len();
+    let what = format!("the broker to confirm {total} messages published to exchange {exchange} ({routing_key})");
+    let connection = outbox_amqp::connect(url, "outbox-bench-publisher", FLOOR)
+        .await
+        .map_err(|e| format!("{what}: cannot connect: {e}"))?;
+    let (published, acked) = (Cell::new(0_usize), Cell::new(0_usize));
+    let channel = RefCell::new(None);
+    let publishing = async {
+        let opened = connection.create_channel().await?;
+        *channel.borrow_mut() = Some(opened.clone());
+        let channel = opened;
         channel.confirm_select(ConfirmSelectOptions::default()).await?;
         let options = BasicPublishOptions { mandatory: true, ..BasicPublishOptions::default() };
         let mut in_flight = FuturesUnordered::new();
@@ -47,6 +62,7 @@ pub(crate) async fn publish_confirmed(
                 && let Some(confirm) = in_flight.next().await
             {
                 confirmed(confirm)?;
+                acked.set(acked.get() + 1);
             }
             let message = message?;
             let confirm = channel
@@ -58,15 +74,30 @@ pub(crate) async fn publish_confirmed(
                     outbox_amqp::to_properties(&message),
                 )
                 .await?;
+            published.set(published.get() + 1);
             in_flight.push(confirm);
         }
         while let Some(confirm) = in_flight.next().await {
             confirmed(confirm)?;
+            acked.set(acked.get() + 1);
         }
         Ok::<_, BoxError>(start.elapsed())
-    }
+    };
+    let outcome = within_seeing(&what, allow_for(total as u64, PUBLISH_RATE), publishing, || {
+        let blocked = if connection.status().blocked() { "blocks" } else { "does not block" };
+        Some(format!(
+            "{} published, {} confirmed; the broker {blocked} the connection (connection.blocked)",
+            published.get(),
+            acked.get()
+        ))
+    })
     .await;
-    let _ = connection.close(200, "benchmark phase done".into()).await;
+    let channel = channel.borrow_mut().take();
+    let _ = tokio::time::timeout(
+        FLOOR,
+        outbox_amqp::close(&connection, &channel.iter().collect::<Vec<_>>(), "benchmark phase done"),
+    )
+    .await;
     outcome
 }
 

@@ -15,6 +15,7 @@ use sqlx::PgPool;
 
 use crate::BoxError;
 use crate::figure::{Value, figure};
+use crate::wait::{FLOOR, within};
 
 /// Clock ticks per second of `/proc/<pid>/stat` (USER_HZ, 100 on x86 and arm64).
 const TICKS_PER_SECOND: f64 = 100.0;
@@ -51,10 +52,10 @@ impl Meter {
 
     /// Reads every part now; `pool` finds the backends.
     pub(crate) async fn sample(&self, pool: &PgPool) -> Result<Sample, BoxError> {
-        let pids: Vec<i32> = sqlx::query_scalar("SELECT pid FROM pg_stat_activity WHERE application_name = $1")
+        let query = sqlx::query_scalar("SELECT pid FROM pg_stat_activity WHERE application_name = $1")
             .bind(&self.application_name)
-            .fetch_all(pool)
-            .await?;
+            .fetch_all(pool);
+        let pids: Vec<i32> = within("the database backends of the measured process", FLOOR, query).await?;
         let backends =
             pids.into_iter().filter_map(|p| u32::try_from(p).ok()).filter_map(|p| Some((p, ticks(p)?))).collect();
         let broker = broker_pids().into_iter().filter_map(|p| Some((p, ticks(p)?))).collect();

@@ -4,13 +4,15 @@ use sqlx::PgPool;
 
 use crate::figure::comment;
 use crate::process::status_kib;
+use crate::wait::{FLOOR, within};
 
 /// The PostgreSQL settings that decide commit cost, in the order they are printed.
 const SETTINGS: &str = "\
 SELECT current_setting('server_version'), current_setting('fsync'), current_setting('synchronous_commit'),
        current_setting('shared_buffers')";
 
-/// Prints the machine and the database server as `#` lines. What cannot be read is said so.
+/// Prints the machine and the database server as `#` lines. What cannot be read (within
+/// [`FLOOR`]) is said so.
 pub(crate) async fn describe(pool: &PgPool) {
     let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
     let model = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|info| cpu_model(&info).map(str::to_owned));
@@ -21,7 +23,8 @@ pub(crate) async fn describe(pool: &PgPool) {
         memory.map_or_else(|| "unknown".to_owned(), |kib| format!("{:.1} GiB", kib as f64 / (1024.0 * 1024.0))),
         !cfg!(debug_assertions),
     ));
-    match sqlx::query_as::<_, (String, String, String, String)>(SETTINGS).fetch_one(pool).await {
+    let settings = sqlx::query_as::<_, (String, String, String, String)>(SETTINGS).fetch_one(pool);
+    match within("the database server's settings", FLOOR, settings).await {
         Ok((version, fsync, synchronous_commit, shared_buffers)) => comment(format_args!(
             "PostgreSQL {version}: fsync {fsync}, synchronous_commit {synchronous_commit}, \
              shared_buffers {shared_buffers}"

@@ -26,6 +26,10 @@
 //! of standard output starts with `#` (targets, per-run detail). Absolute figures drift on a
 //! shared machine, so compare the ratios, which are measured within one run.
 //!
+//! Every wait has a deadline scaled to its work, several times what it should take and at least
+//! 30 s ([`wait`]): on a stuck host a benchmark fails with what it waited for and what it saw
+//! (`quorum phase: waited 30 s for ...; saw ...`), cleans up as below and exits non-zero.
+//!
 //! Each benchmark creates fresh databases of its own with the migrations applied
 //! ([`outbox_testkit::TestDb`]) and drops them at the end; `relay` and `consumer` also declare an
 //! exchange and queues with a random suffix on RabbitMQ ([`outbox_testkit::TestBroker`]) and delete
@@ -46,6 +50,7 @@ mod process;
 mod producer;
 mod relay;
 mod sealed;
+mod wait;
 
 use std::error::Error;
 

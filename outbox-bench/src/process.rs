@@ -12,6 +12,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
 use crate::BoxError;
+use crate::wait::{secs, within};
 
 /// Environment variables that carry the URLs to a child.
 pub(crate) const ENV_DATABASE_URL: &str = "OUTBOX_BENCH_DATABASE_URL";
@@ -19,7 +20,7 @@ pub(crate) const ENV_AMQP_URL: &str = "OUTBOX_BENCH_AMQP_URL";
 /// The line a child prints when it is about to run.
 pub(crate) const READY: &str = "ready";
 /// How long a child may take to get ready, to answer a request, or to shut down.
-const PATIENCE: Duration = Duration::from_secs(30);
+const PATIENCE: Duration = crate::wait::FLOOR;
 
 /// The URLs of a child, from the environment, where [`Subprocess::spawn`] puts them.
 #[derive(Debug, clap::Args)]
@@ -73,9 +74,8 @@ impl Subprocess {
     /// Reads the child's next line of output, without its line break.
     async fn read_line(&mut self) -> Result<String, BoxError> {
         let mut line = String::new();
-        let read = tokio::time::timeout(PATIENCE, self.stdout.read_line(&mut line))
-            .await
-            .map_err(|_| format!("{} said nothing within {PATIENCE:?}", self.what))??;
+        let read =
+            within(format_args!("{} to say a line", self.what), PATIENCE, self.stdout.read_line(&mut line)).await?;
         if read == 0 {
             return Err(format!("{} closed its standard output", self.what).into());
         }
@@ -85,8 +85,11 @@ impl Subprocess {
     /// Sends one request line and returns the child's one-line answer.
     pub(crate) async fn request(&mut self, request: &str) -> Result<String, BoxError> {
         let stdin = self.stdin.as_mut().ok_or_else(|| format!("{} is shutting down", self.what))?;
-        stdin.write_all(format!("{request}\n").as_bytes()).await?;
-        stdin.flush().await?;
+        let sent = async {
+            stdin.write_all(format!("{request}\n").as_bytes()).await?;
+            stdin.flush().await
+        };
+        within(format_args!("{} to take the request {request:?}", self.what), PATIENCE, sent).await?;
         self.read_line().await
     }
 
@@ -116,7 +119,8 @@ impl Subprocess {
             }
             Err(_) => {
                 self.child.kill().await?;
-                Err(format!("{} did not shut down within {PATIENCE:?}", self.what).into())
+                Err(format!("waited {} for {} to shut down, without an answer (killed)", secs(PATIENCE), self.what)
+                    .into())
             }
         }
     }

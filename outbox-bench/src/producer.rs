@@ -25,7 +25,6 @@
 
 use std::time::Duration;
 
-use futures::future::try_join_all;
 use outbox_core::NewEvent;
 use outbox_producer::Outbox;
 use outbox_testkit::TestDb;
@@ -33,10 +32,13 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection, PgConnection, PgPool};
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::BoxError;
 use crate::figure::{Value, comment, figure};
+use crate::relay::with_db;
+use crate::wait::{FLOOR, allow, join_tasks, secs, within};
 
 /// Concurrent clients, each with a connection of its own.
 const CLIENTS: usize = 8;
@@ -127,19 +129,17 @@ impl Variant {
 
 /// Runs the producer benchmark in a fresh database and prints its figures.
 pub(crate) async fn run(plan: Plan) -> Result<(), BoxError> {
-    let db = TestDb::new().await?;
-    let outcome = bench(&db, plan).await;
-    let closed = db.close().await;
-    outcome?;
-    closed?;
-    Ok(())
+    with_db(async |db| bench(db, plan).await).await
 }
 
 async fn bench(db: &TestDb, plan: Plan) -> Result<(), BoxError> {
     let admin = db.pool();
-    sqlx::query(CREATE_ORDERS).execute(admin).await?;
-    sqlx::query(SEED_ORDERS).bind(ORDERS).execute(admin).await?;
-    sqlx::query(CREATE_BARE).execute(admin).await?;
+    let setup = async {
+        sqlx::query(CREATE_ORDERS).execute(admin).await?;
+        sqlx::query(SEED_ORDERS).bind(ORDERS).execute(admin).await?;
+        sqlx::query(CREATE_BARE).execute(admin).await
+    };
+    within(format_args!("the business table of {ORDERS} orders"), FLOOR, setup).await?;
     let clients = PgPoolOptions::new()
         .max_connections(CLIENTS as u32)
         .min_connections(CLIENTS as u32)
@@ -153,7 +153,8 @@ async fn bench(db: &TestDb, plan: Plan) -> Result<(), BoxError> {
     ));
 
     let outcome = variants(admin, &clients, plan).await;
-    clients.close().await;
+    // Every client is done or aborted: their connections are back or closed.
+    let _ = tokio::time::timeout(FLOOR, clients.close()).await;
     let Rates {
         business,
         raw,
@@ -222,9 +223,9 @@ async fn variants(admin: &PgPool, clients: &PgPool, plan: Plan) -> Result<Rates,
     let batch = measure(admin, clients, plan, Variant::Batch, 1).await?;
     // With a relay waiting for notifications every commit notifies, and notifying commits take a
     // server-wide lock in turn. Relays wait only when they are idle, i.e. at low load.
-    sqlx::query(LISTEN).execute(admin).await?;
+    within("a relay registered as listening", FLOOR, sqlx::query(LISTEN).execute(admin)).await?;
     let notify = measure(admin, clients, plan, Variant::Enqueue, 1).await;
-    sqlx::query(UNLISTEN).execute(admin).await?;
+    within("the listening relay withdrawn", FLOOR, sqlx::query(UNLISTEN).execute(admin)).await?;
     figure("producer_enqueue_idle_relay_tps", Value::Rate(notify?), "tps");
     let (mut raw, mut ordered, mut unordered, mut keyed, mut sealed) = (vec![], vec![], vec![], vec![], vec![]);
     let (mut ratio, mut ratio_unordered, mut ratio_keyed, mut ratio_sealed) = (vec![], vec![], vec![], vec![]);
@@ -269,11 +270,12 @@ async fn measure(admin: &PgPool, clients: &PgPool, plan: Plan, variant: Variant,
         Variant::EnqueueSealed => Outbox::builder().cipher(crate::sealed::cipher()).build(),
         _ => Outbox::new(),
     };
-    let tasks = (0..CLIENTS).map(|client| {
+    let mut tasks = JoinSet::new();
+    for client in 0..CLIENTS {
         let pool = clients.clone();
         let outbox = outbox.clone();
         let seed = round << 32 | (variant as u64) << 8 | client as u64;
-        tokio::spawn(async move {
+        tasks.spawn(async move {
             let mut conn = pool.acquire().await?;
             let mut rng = SmallRng::seed_from_u64(seed);
             let mut committed = 0_u64;
@@ -288,12 +290,10 @@ async fn measure(admin: &PgPool, clients: &PgPool, plan: Plan, variant: Variant,
                 }
             }
             Ok::<u64, BoxError>(committed)
-        })
-    });
-    let mut committed = 0;
-    for done in try_join_all(tasks).await? {
-        committed += done?;
+        });
     }
+    let what = format!("{CLIENTS} clients to run {} transactions for {:?}", variant.name(), plan.warmup + plan.measure);
+    let committed: u64 = join_tasks(what, allow(plan.warmup + plan.measure), tasks).await?.into_iter().sum();
     let secs = plan.measure.as_secs_f64();
     let tps = committed as f64 / secs;
     let events_per_s = (committed * variant.events_per_transaction()) as f64 / secs;
@@ -309,11 +309,14 @@ async fn measure(admin: &PgPool, clients: &PgPool, plan: Plan, variant: Variant,
 
 /// Brings every variant to the same starting point: empty outbox tables, fresh statistics, no
 /// dead rows, and a checkpoint so full-page writes weigh the same at every start.
+/// Each statement may take [`FLOOR`].
 async fn reset(admin: &PgPool) -> Result<(), BoxError> {
-    sqlx::raw_sql(RESET).execute(admin).await?;
-    sqlx::raw_sql(VACUUM).execute(admin).await?;
-    if let Err(e) = sqlx::raw_sql("CHECKPOINT").execute(admin).await {
-        comment(format_args!("CHECKPOINT skipped: {e}"));
+    within("the outbox tables truncated", FLOOR, sqlx::raw_sql(RESET).execute(admin)).await?;
+    within("VACUUM ANALYZE of the tables", FLOOR, sqlx::raw_sql(VACUUM).execute(admin)).await?;
+    match tokio::time::timeout(FLOOR, sqlx::raw_sql("CHECKPOINT").execute(admin)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => comment(format_args!("CHECKPOINT skipped: {e}")),
+        Err(_) => return Err(format!("waited {} for a CHECKPOINT, without an answer", secs(FLOOR)).into()),
     }
     Ok(())
 }

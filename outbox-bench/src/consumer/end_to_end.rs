@@ -21,9 +21,12 @@ use crate::BoxError;
 use crate::figure::comment;
 use crate::process::Subprocess;
 use crate::relay::{ANY_PENDING, enqueue_spread, with_db};
+use crate::wait::{FLOOR, Progress, until_then, within};
 
 /// Events per producer transaction: a steady stream rather than a backlog.
 const PER_TRANSACTION: u64 = 100;
+/// The rows the relay has not published yet, counted when waiting for it gives up.
+const COUNT_PENDING: &str = "SELECT count(*) FROM outbox_events WHERE status = 'pending'";
 
 /// What the end-to-end phase measured, in events per second from the first commit.
 #[derive(Debug, Clone, Copy)]
@@ -39,7 +42,7 @@ pub(super) struct EndToEnd {
 /// Runs the phase in a database of its own.
 pub(super) async fn end_to_end(target: Target<'_>, plan: Plan) -> Result<EndToEnd, BoxError> {
     with_db(async |db| {
-        sqlx::raw_sql(CREATE_SHIPMENTS).execute(db.pool()).await?;
+        within("the table shipments", FLOOR, sqlx::raw_sql(CREATE_SHIPMENTS).execute(db.pool())).await?;
         let relay_args = ["relay-process", "--exchange", target.exchange];
         let mut relay = Subprocess::spawn("the relay process", &relay_args, &db.url(), target.url).await?;
         let consumer_args = ["consumer-process", "--queue", target.queue, "--consumer", CONSUMER];
@@ -54,18 +57,26 @@ pub(super) async fn end_to_end(target: Target<'_>, plan: Plan) -> Result<EndToEn
         let outcome = async {
             let start = Instant::now();
             let producing = enqueue_spread(db, plan.events, plan.entities, PER_TRANSACTION);
-            let relaying = async {
-                loop {
-                    if !sqlx::query_scalar::<_, bool>(ANY_PENDING).fetch_one(db.pool()).await? {
-                        return Ok::<_, BoxError>(start.elapsed());
-                    }
-                    relay.check_alive()?;
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            };
             // The relay is done once the producers are and nothing is pending.
             let produced = producing.await?;
-            let relayed = relaying.await?;
+            let what = format!("the relay process to publish {} events", plan.events);
+            let relayed = until_then(
+                what,
+                plan.limit.saturating_sub(start.elapsed()),
+                Duration::from_millis(20),
+                async || {
+                    if !sqlx::query_scalar::<_, bool>(ANY_PENDING).fetch_one(db.pool()).await? {
+                        return Ok(Progress::Done(start.elapsed()));
+                    }
+                    relay.check_alive()?;
+                    Ok(Progress::Waiting("the relay process running".to_owned()))
+                },
+                async |seen| match sqlx::query_scalar::<_, i64>(COUNT_PENDING).fetch_one(db.pool()).await {
+                    Ok(pending) => format!("{pending} rows still pending, {seen}"),
+                    Err(e) => format!("{seen}; the pending rows could not be counted: {e}"),
+                },
+            )
+            .await?;
             let (applied, stats) = await_handled(&mut consumer, plan.events, start, plan.limit).await?;
             comment(format_args!(
                 "end to end: produced in {:.3} s, published by {:.3} s, applied by {:.3} s: {stats:?}",

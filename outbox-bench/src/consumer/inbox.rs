@@ -8,13 +8,14 @@ use outbox_core::wire::WireMessage;
 use outbox_testkit::TestDb;
 use tokio::time::Instant;
 
-use super::stats::{CONSUMING, STATS, handled, parse_stats};
+use super::stats::{CONSUMING, STATS, format_stats, handled, parse_stats};
 use super::verify::{check_stats, verify};
 use super::{APPLICATION_NAME, CONSUMER, Plan, REPLAY_KEY, Target, fill};
 use crate::BoxError;
 use crate::cpu::{Meter, Spent};
 use crate::figure::comment;
 use crate::process::Subprocess;
+use crate::wait::{Progress, until};
 
 /// How often the benchmark asks the consumer process how far it got.
 pub(super) const POLL: Duration = Duration::from_millis(5);
@@ -82,24 +83,22 @@ pub(super) async fn inbox(
 }
 
 /// Polls the consumer process until it has handled `expected` deliveries in all (applied,
-/// duplicate, stale, parked or dead-lettered), or fails after `limit`.
+/// duplicate, stale, parked or dead-lettered), or fails `limit` after `start` with the counts it
+/// last reported. Fails at once if the process ends.
 pub(super) async fn await_handled(
     process: &mut Subprocess,
     expected: u64,
     start: Instant,
     limit: Duration,
 ) -> Result<(Duration, RunnerStats), BoxError> {
-    loop {
+    let what = format!("the consumer process to handle {expected} deliveries");
+    until(what, limit.saturating_sub(start.elapsed()), POLL, async || {
         let stats = parse_stats(&process.request(STATS).await?)?;
         if handled(&stats) >= expected {
-            return Ok((start.elapsed(), stats));
-        }
-        if start.elapsed() >= limit {
-            return Err(
-                format!("the consumer handled {} of {expected} deliveries within {limit:?}", handled(&stats)).into()
-            );
+            return Ok(Progress::Done((start.elapsed(), stats)));
         }
         process.check_alive()?;
-        tokio::time::sleep(POLL).await;
-    }
+        Ok(Progress::Waiting(format!("{} handled ({})", handled(&stats), format_stats(&stats))))
+    })
+    .await
 }

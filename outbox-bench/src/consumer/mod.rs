@@ -69,6 +69,7 @@ use crate::figure::{Value, comment, figure};
 use crate::machine;
 use crate::producer::{EVENT_TYPE, event};
 use crate::relay::with_db;
+use crate::wait::{FLOOR, in_phase, within};
 
 /// Unacknowledged deliveries the broker sends ahead: the runner's default, used by both consumers.
 const PREFETCH: u16 = InboxRunnerBuilder::<()>::DEFAULT_PREFETCH;
@@ -121,9 +122,9 @@ struct Target<'a> {
 
 /// Runs the consumer benchmark and prints its figures.
 pub(crate) async fn run(plan: Plan) -> Result<(), BoxError> {
-    let broker = TestBroker::new().await?;
+    let broker = within("a connection to the broker", FLOOR, TestBroker::new()).await?;
     let outcome = with_db(async |db| bench(db, &broker, plan).await).await;
-    let closed = broker.close().await;
+    let closed = within("the deletion of the benchmark's exchanges and queues", FLOOR, broker.close()).await;
     outcome?;
     closed?;
     Ok(())
@@ -131,7 +132,8 @@ pub(crate) async fn run(plan: Plan) -> Result<(), BoxError> {
 
 async fn bench(db: &TestDb, broker: &TestBroker, plan: Plan) -> Result<(), BoxError> {
     machine::describe(db.pool()).await;
-    let exchange = broker.declare_exchange("bench.consumer", lapin::ExchangeKind::Topic).await?;
+    let declared = broker.declare_exchange("bench.consumer", lapin::ExchangeKind::Topic);
+    let exchange = within("the declaration of exchange bench.consumer", FLOOR, declared).await?;
     let queue = broker.name("bench.consumer");
     let replay = broker.name("bench.consumer.replay");
     for (name, key) in [(&queue, EVENT_TYPE), (&replay, REPLAY_KEY)] {
@@ -139,31 +141,36 @@ async fn bench(db: &TestDb, broker: &TestBroker, plan: Plan) -> Result<(), BoxEr
         broker.remember_queue(name);
         broker.remember_queue(&format!("{name}.dead"));
         broker.remember_exchange(&format!("{name}.dlx"));
-        outbox_consumer::declare_queue(broker.channel(), &exchange, name, &[key]).await?;
+        let keys = [key];
+        let declared = outbox_consumer::declare_queue(broker.channel(), &exchange, name, &keys);
+        within(format_args!("the declaration of queue {name}"), FLOOR, declared).await?;
     }
-    sqlx::raw_sql(CREATE_SHIPMENTS).execute(db.pool()).await?;
+    within("the table shipments", FLOOR, sqlx::raw_sql(CREATE_SHIPMENTS).execute(db.pool())).await?;
     let target = Target { url: broker.url(), exchange: &exchange, queue: &queue, replay: &replay };
     describe(plan)?;
 
     // For experiments: `OUTBOX_BENCH_CONSUMER_PHASES=end_to_end` runs phase 6 alone.
     if std::env::var("OUTBOX_BENCH_CONSUMER_PHASES").is_ok_and(|p| p == "end_to_end") {
-        let together = end_to_end::end_to_end(target, plan).await?;
+        let together = in_phase("end to end", end_to_end::end_to_end(target, plan)).await?;
         figure("consumer_end_to_end_events_per_s", Value::Rate(together.applied), "events/s");
         figure("consumer_end_to_end_relay_drain_events_per_s", Value::Rate(together.relayed), "events/s");
         return Ok(());
     }
 
     // 1: the raw ceiling.
-    let raw_rate = raw::ceiling(broker, target, plan).await?;
+    let raw_rate = in_phase("raw", raw::ceiling(broker, target, plan)).await?;
 
     // 2 to 5: the inbox in a consumer process.
-    let events = messages(plan)?;
-    fill(target, "inbox", EVENT_TYPE, &events).await?;
-    let replayed = usize::try_from(plan.duplicates)?;
-    let measured = inbox(db, target, plan, &events[..replayed]).await?;
+    let measured = in_phase("inbox", async {
+        let events = messages(plan)?;
+        fill(target, "inbox", EVENT_TYPE, &events).await?;
+        let replayed = usize::try_from(plan.duplicates)?;
+        inbox(db, target, plan, &events[..replayed]).await
+    })
+    .await?;
 
     // 6: producers, relay and consumer together.
-    let together = end_to_end::end_to_end(target, plan).await?;
+    let together = in_phase("end to end", end_to_end::end_to_end(target, plan)).await?;
 
     let inbox_rate = plan.events as f64 / measured.inbox.as_secs_f64();
     let drop_rate = plan.duplicates as f64 / measured.duplicates.as_secs_f64();

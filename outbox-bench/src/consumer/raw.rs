@@ -1,13 +1,14 @@
 //! Phase 1, the raw ceiling: one lapin consumer that decodes nothing and acks every message on its
 //! own, what the inbox is compared with.
 
+use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use lapin::Channel;
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
-use lapin::{Connection, ConnectionProperties};
 use outbox_core::wire::WireMessage;
 use outbox_testkit::TestBroker;
 use tokio::time::Instant;
@@ -16,6 +17,7 @@ use super::{PREFETCH, Plan, Target, fill, messages};
 use crate::BoxError;
 use crate::figure::comment;
 use crate::producer::EVENT_TYPE;
+use crate::wait::{FLOOR, within, within_seeing};
 
 /// Fills the queue, drains it with the raw consumer, checks that the queue is empty afterwards and
 /// returns the raw consumer's rate in messages per second.
@@ -24,15 +26,12 @@ pub(super) async fn ceiling(broker: &TestBroker, target: Target<'_>, plan: Plan)
     fill(target, "raw", EVENT_TYPE, &raw).await?;
     drop(raw);
     let raw_elapsed = raw_drain(target, plan).await?;
-    let remaining = broker
-        .channel()
-        .queue_declare(
-            target.queue.into(),
-            QueueDeclareOptions { passive: true, ..Default::default() },
-            FieldTable::default(),
-        )
-        .await?
-        .message_count();
+    let declared = broker.channel().queue_declare(
+        target.queue.into(),
+        QueueDeclareOptions { passive: true, ..Default::default() },
+        FieldTable::default(),
+    );
+    let remaining = within(format_args!("the depth of queue {}", target.queue), FLOOR, declared).await?.message_count();
     if remaining != 0 {
         return Err(format!("the raw consumer left {remaining} messages in the queue").into());
     }
@@ -51,31 +50,41 @@ pub(super) async fn ceiling(broker: &TestBroker, target: Target<'_>, plan: Plan)
 /// runner's concurrent deliveries ack.
 async fn raw_drain(target: Target<'_>, plan: Plan) -> Result<Duration, BoxError> {
     let start = Instant::now();
-    let deadline = start + plan.limit;
-    let connection = Connection::connect(target.url, ConnectionProperties::default()).await?;
-    let outcome = async {
-        let channel = connection.create_channel().await?;
+    let what = format!("the raw consumer to take and ack {} messages from queue {}", plan.events, target.queue);
+    let connection = outbox_amqp::connect(target.url, "outbox-bench-raw-consumer", plan.limit)
+        .await
+        .map_err(|e| format!("{what}: cannot connect: {e}"))?;
+    let (taken, acked) = (Cell::new(0_u64), Cell::new(0_u64));
+    let channel = RefCell::new(None);
+    let draining = async {
+        let opened = connection.create_channel().await?;
+        *channel.borrow_mut() = Some(opened.clone());
+        let channel = opened;
         channel.basic_qos(PREFETCH, BasicQosOptions::default()).await?;
         let mut consumer = channel
             .basic_consume(target.queue.into(), "".into(), BasicConsumeOptions::default(), FieldTable::default())
             .await?;
-        let late = |taken: u64| format!("the raw consumer took only {taken} of {} messages in time", plan.events);
         let mut acks = FuturesUnordered::new();
-        for taken in 0..plan.events {
+        for _ in 0..plan.events {
             while acks.len() >= usize::from(PREFETCH) {
-                let acked = tokio::time::timeout_at(deadline, acks.next()).await.map_err(|_| late(taken))?;
-                acked.ok_or("no ack in flight")??;
+                acks.next().await.ok_or("no ack in flight")??;
+                acked.set(acked.get() + 1);
             }
-            let next = tokio::time::timeout_at(deadline, consumer.next()).await.map_err(|_| late(taken))?;
-            let delivery = next.ok_or("the raw consumer's stream ended")??;
+            let delivery = consumer.next().await.ok_or("the raw consumer's stream ended")??;
+            taken.set(taken.get() + 1);
             acks.push(async move { delivery.ack(BasicAckOptions::default()).await });
         }
-        while let Some(acked) = tokio::time::timeout_at(deadline, acks.next()).await.map_err(|_| late(plan.events))? {
-            acked?;
+        while let Some(ack) = acks.next().await {
+            ack?;
+            acked.set(acked.get() + 1);
         }
         Ok::<_, BoxError>(start.elapsed())
-    }
-    .await;
-    let _ = connection.close(200, "benchmark phase done".into()).await;
+    };
+    let limit = plan.limit.saturating_sub(start.elapsed());
+    let outcome =
+        within_seeing(&what, limit, draining, || Some(format!("{} taken, {} acked", taken.get(), acked.get()))).await;
+    let channel = channel.borrow_mut().take();
+    let channels: Vec<&Channel> = channel.iter().collect();
+    let _ = tokio::time::timeout(FLOOR, outbox_amqp::close(&connection, &channels, "benchmark phase done")).await;
     outcome
 }

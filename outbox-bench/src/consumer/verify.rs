@@ -9,6 +9,7 @@ use sqlx::PgPool;
 use super::{CONSUMER, Plan};
 use crate::BoxError;
 use crate::figure::comment;
+use crate::wait::{FLOOR, within};
 
 const SHIPMENTS: &str = "SELECT order_key, version, applied FROM shipments";
 const INBOX_ROWS: &str = "\
@@ -35,9 +36,11 @@ pub(super) fn check_stats(stats: &RunnerStats, events: u64, duplicates: u64) -> 
 
 /// Checks the business table and the inbox against the plan.
 pub(super) async fn verify(pool: &PgPool, plan: Plan) -> Result<(), BoxError> {
-    let rows: Vec<(String, i64, i64)> = sqlx::query_as(SHIPMENTS).fetch_all(pool).await?;
+    let rows: Vec<(String, i64, i64)> =
+        within("the rows of shipments", FLOOR, sqlx::query_as(SHIPMENTS).fetch_all(pool)).await?;
     check_effects(&rows, plan.events, plan.entities)?;
-    let (processed, all): (i64, i64) = sqlx::query_as(INBOX_ROWS).bind(CONSUMER).fetch_one(pool).await?;
+    let inbox_rows = sqlx::query_as(INBOX_ROWS).bind(CONSUMER).fetch_one(pool);
+    let (processed, all): (i64, i64) = within("the count of inbox rows", FLOOR, inbox_rows).await?;
     if u64::try_from(processed)? != plan.events || u64::try_from(all)? != plan.events {
         return Err(
             format!("the inbox holds {all} rows, {processed} processed, expected {} of each", plan.events).into()

@@ -9,12 +9,13 @@ use std::time::Duration;
 use futures::StreamExt;
 use lapin::options::{BasicCancelOptions, BasicConsumeOptions};
 use lapin::types::{FieldTable, ShortString};
-use lapin::{Channel, Connection, ConnectionProperties};
+use lapin::{Channel, Connection};
 use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::Target;
 use crate::BoxError;
+use crate::wait::{FLOOR, within, within_seeing};
 
 /// What the consumer task shares with the benchmark.
 #[derive(Debug, Default)]
@@ -27,10 +28,14 @@ struct Seen {
     all: OnceLock<Instant>,
     /// Event id and arrival time of every delivery, when recording.
     arrivals: Mutex<Vec<(Uuid, Instant)>>,
+    /// How the consumer's stream ended, once it has (cancelled, or failed).
+    ended: OnceLock<String>,
 }
 
 /// One consumer on the benchmark queue, with automatic acknowledgement, on a connection of its own.
 pub(super) struct Arrivals {
+    queue: String,
+    expected: u64,
     connection: Connection,
     channel: Channel,
     tag: ShortString,
@@ -42,17 +47,42 @@ impl Arrivals {
     /// Starts consuming; `expected` deliveries make the total (tenths and completion are timed);
     /// with `record`, every delivery's event id and arrival time are kept.
     pub(super) async fn start(target: Target<'_>, expected: u64, record: bool) -> Result<Self, BoxError> {
-        let connection = Connection::connect(target.url, ConnectionProperties::default()).await?;
-        let channel = connection.create_channel().await?;
-        let options = BasicConsumeOptions { no_ack: true, ..BasicConsumeOptions::default() };
-        let mut consumer =
-            channel.basic_consume(target.queue.into(), "".into(), options, FieldTable::default()).await?;
+        let what = format!("a consumer on queue {}", target.queue);
+        let connection = outbox_amqp::connect(target.url, "outbox-bench-arrivals", FLOOR)
+            .await
+            .map_err(|e| format!("{what}: cannot connect: {e}"))?;
+        let consuming = async {
+            let channel = connection.create_channel().await?;
+            let options = BasicConsumeOptions { no_ack: true, ..BasicConsumeOptions::default() };
+            let consumer =
+                channel.basic_consume(target.queue.into(), "".into(), options, FieldTable::default()).await?;
+            Ok::<_, BoxError>((channel, consumer))
+        };
+        let (channel, mut consumer) = match within(&what, FLOOR, consuming).await {
+            Ok(consuming) => consuming,
+            Err(e) => {
+                let _ =
+                    tokio::time::timeout(FLOOR, outbox_amqp::close(&connection, &[], "benchmark phase failed")).await;
+                return Err(e);
+            }
+        };
         let tag = consumer.tag();
         let seen = Arc::new(Seen::default());
         let sink = seen.clone();
         let task = tokio::spawn(async move {
             let mut tenth = 1;
-            while let Some(Ok(delivery)) = consumer.next().await {
+            loop {
+                let delivery = match consumer.next().await {
+                    Some(Ok(delivery)) => delivery,
+                    Some(Err(e)) => {
+                        let _ = sink.ended.set(format!("failed: {e}"));
+                        break;
+                    }
+                    None => {
+                        let _ = sink.ended.set("ended".to_owned());
+                        break;
+                    }
+                };
                 let at = Instant::now();
                 let n = sink.count.fetch_add(1, Ordering::Relaxed) + 1;
                 while tenth <= 10 && n >= share(expected, tenth) {
@@ -72,7 +102,32 @@ impl Arrivals {
                 }
             }
         });
-        Ok(Self { connection, channel, tag, seen, task })
+        Ok(Self { queue: target.queue.to_owned(), expected, connection, channel, tag, seen, task })
+    }
+
+    /// Fails if the consumer's stream ended before every expected delivery arrived.
+    pub(super) fn check_consuming(&self) -> Result<(), BoxError> {
+        match self.seen.ended.get() {
+            Some(how) if self.all().is_none() => {
+                Err(format!("the consumer on queue {} {how} after {} deliveries", self.queue, self.count()).into())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// What the consumer saw: `120 of 10000 delivered to the consumer on queue q`, and how its
+    /// stream ended if it did.
+    pub(super) fn describe(&self) -> String {
+        let count = self.count();
+        let mut seen = if self.expected == u64::MAX {
+            format!("{count} delivered to the consumer on queue {}", self.queue)
+        } else {
+            format!("{count} of {} delivered to the consumer on queue {}", self.expected, self.queue)
+        };
+        if let Some(how) = self.seen.ended.get() {
+            seen.push_str(&format!(" (its stream {how})"));
+        }
+        seen
     }
 
     /// Deliveries so far.
@@ -95,9 +150,15 @@ impl Arrivals {
     }
 
     /// Cancels the consumer and closes its connection; returns what it recorded.
+    /// The cancel and the close may each take [`FLOOR`]; a consumer whose cancel is not answered
+    /// is dropped with its connection, and the error says so.
     pub(super) async fn stop(self) -> Result<Vec<(Uuid, Instant)>, BoxError> {
-        let cancelled = self.channel.basic_cancel(self.tag.clone(), BasicCancelOptions::default()).await;
-        let _ = self.connection.close(200, "benchmark phase done".into()).await;
+        let cancel = self.channel.basic_cancel(self.tag.clone(), BasicCancelOptions::default());
+        let what = format_args!("the broker to cancel the consumer on queue {}", self.queue);
+        let cancelled = within_seeing(what, FLOOR, cancel, || Some(self.describe())).await;
+        let channels = [&self.channel];
+        let _ =
+            tokio::time::timeout(FLOOR, outbox_amqp::close(&self.connection, &channels, "benchmark phase done")).await;
         self.task.abort();
         cancelled?;
         let arrivals = self.seen.arrivals.lock().map(|mut a| std::mem::take(&mut *a)).unwrap_or_default();

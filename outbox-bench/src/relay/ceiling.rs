@@ -16,7 +16,7 @@ const RAW_ENTITIES: u64 = 1_000;
 pub(super) async fn ceiling(target: Target<'_>, messages: u64) -> Result<f64, BoxError> {
     target.purge().await?;
     let arrivals = Arrivals::start(target, messages, false).await?;
-    let raw = (0..messages).map(|i| wire_message(i, RAW_ENTITIES));
+    let raw = (0..usize::try_from(messages)?).map(|i| wire_message(i as u64, RAW_ENTITIES));
     let outcome = publish_confirmed(target.url, target.exchange, EVENT_TYPE, raw).await;
     let stopped = arrivals.stop().await;
     let elapsed = outcome?;

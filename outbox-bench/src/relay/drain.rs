@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use outbox_testkit::TestDb;
 use sqlx::PgPool;
-use tokio::process::Child;
 use tokio::time::Instant;
 
 use super::arrivals::Arrivals;
@@ -17,6 +16,7 @@ use crate::BoxError;
 use crate::cpu::{Meter, Spent};
 use crate::figure::comment;
 use crate::process::Subprocess;
+use crate::wait::{FLOOR, secs, within};
 
 /// Polled while a drain runs: stops at the first pending row, unlike the full counts of
 /// `admin::stats`, so that polling does not load the database being measured.
@@ -71,49 +71,94 @@ impl Drained {
     }
 }
 
+/// The relay of a drain, to check on while waiting.
+enum Draining<'a> {
+    Process(&'a mut Subprocess),
+    InProcess(&'a InProcess),
+}
+
+impl Draining<'_> {
+    /// Fails if the relay ended before the drain did.
+    fn check(&mut self) -> Result<(), BoxError> {
+        match self {
+            Self::Process(process) => process.check_alive(),
+            Self::InProcess(relay) => relay.check_running(),
+        }
+    }
+
+    /// What it is, for an error that gives up on it.
+    fn name(&self) -> &'static str {
+        match self {
+            Self::Process(_) => "the relay process",
+            Self::InProcess(_) => "the relay task",
+        }
+    }
+}
+
 /// Waits until every message arrived and every row is marked published, or until `limit` has
-/// passed since `start` (then the drain is cut off and its rate is what it published until then);
-/// fails if the relay process ends early.
+/// passed since `start`: then the drain is cut off and its rate is what it published until then,
+/// unless it published nothing, which fails with where the backlog stands. Fails at once if the
+/// relay or the consumer ends early; each query of the database may take [`FLOOR`].
 async fn await_drain(
     pool: &PgPool,
     arrivals: &Arrivals,
     backlog: u64,
     start: Instant,
     limit: Duration,
-    mut child: Option<&mut Child>,
+    mut relay: Draining<'_>,
 ) -> Result<Drained, BoxError> {
     loop {
         if let Some(all) = arrivals.all()
-            && !sqlx::query_scalar::<_, bool>(ANY_PENDING).fetch_one(pool).await?
+            && !within("the check for pending rows", FLOOR, sqlx::query_scalar::<_, bool>(ANY_PENDING).fetch_one(pool))
+                .await?
         {
             let elapsed = start.elapsed();
             let arrived = Some(all.saturating_duration_since(start));
             return Ok(Drained { backlog, published: backlog, arrived, elapsed, tenths: arrivals.tenths(start) });
         }
+        relay.check()?;
         if start.elapsed() >= limit {
-            let elapsed = start.elapsed();
-            let published = outbox_producer::admin::stats(pool).await?.published;
-            let (due_blocked, due_ready, deferred_ready, deferred_blocked, in_flight): (i64, i64, i64, i64, i64) =
-                sqlx::query_as(PENDING_STATE).fetch_one(pool).await?;
-            comment(format_args!(
-                "drain of {backlog} events cut off after {:.1} s: {} messages arrived, {published} rows published; \
-                 pending: {in_flight} claimed, {due_ready} due and ready, {due_blocked} due behind their \
-                 predecessor, {deferred_blocked} deferred behind their predecessor, {deferred_ready} deferred \
-                 although their predecessor is published (a lost wake-up)",
-                elapsed.as_secs_f64(),
-                arrivals.count()
-            ));
-            let published = u64::try_from(published)?;
-            return Ok(Drained { backlog, published, arrived: None, elapsed, tenths: arrivals.tenths(start) });
+            return cut_off(pool, arrivals, backlog, start, relay.name()).await;
         }
-        if let Some(child) = child.as_deref_mut()
-            && let Some(status) = child.try_wait()?
-        {
-            return Err(format!("the relay process ended during the drain: {status}").into());
-        }
+        arrivals.check_consuming()?;
         let poll = if arrivals.all().is_some() { 5 } else { 20 };
         tokio::time::sleep(Duration::from_millis(poll)).await;
     }
+}
+
+/// A drain cut off at its limit: what it published, and where the pending rows stand; an error if
+/// it published nothing.
+async fn cut_off(
+    pool: &PgPool,
+    arrivals: &Arrivals,
+    backlog: u64,
+    start: Instant,
+    relay: &str,
+) -> Result<Drained, BoxError> {
+    let elapsed = start.elapsed();
+    let state = async {
+        let published = outbox_producer::admin::stats(pool).await?.published;
+        let pending: (i64, i64, i64, i64, i64) = sqlx::query_as(PENDING_STATE).fetch_one(pool).await?;
+        Ok::<_, BoxError>((published, pending))
+    };
+    let (published, (due_blocked, due_ready, deferred_ready, deferred_blocked, in_flight)) =
+        within("the state of the backlog", FLOOR, state).await?;
+    let seen = format!(
+        "{}, {published} rows published; pending: {in_flight} claimed, {due_ready} due and ready, {due_blocked} due \
+         behind their predecessor, {deferred_blocked} deferred behind their predecessor, {deferred_ready} deferred \
+         although their predecessor is published (a lost wake-up)",
+        arrivals.describe()
+    );
+    if published == 0 {
+        return Err(format!(
+            "waited {} for {relay} to publish a backlog of {backlog} events; saw {seen}; {relay} still running",
+            secs(elapsed)
+        )
+        .into());
+    }
+    comment(format_args!("drain of {backlog} events cut off after {:.1} s: {seen}", elapsed.as_secs_f64()));
+    let published = u64::try_from(published)?;
+    Ok(Drained { backlog, published, arrived: None, elapsed, tenths: arrivals.tenths(start) })
 }
 
 fn report_drain(what: &str, entities: u64, filled: Duration, drained: &Drained) {
@@ -131,6 +176,15 @@ fn report_drain(what: &str, entities: u64, filled: Duration, drained: &Drained) 
     if drained.backlog >= 100_000 {
         comment(format_args!("{what}: events/s per tenth of the backlog: {}", drained.tenth_rates()));
     }
+}
+
+/// A drain's outcome; a failed drain's error also says how stopping the relay failed, if it did
+/// (the cause, when the relay ended on its own).
+fn with_stop(drained: Result<Drained, BoxError>, stopped: &Result<(), BoxError>) -> Result<Drained, BoxError> {
+    drained.map_err(|e| match stopped {
+        Err(stop) => format!("{e} (stopping the relay: {stop})").into(),
+        Ok(()) => e,
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -178,13 +232,14 @@ pub(super) async fn drain_in_child(
         let meter = Meter::new(process.child.id().ok_or("the relay process has ended")?, APPLICATION_NAME);
         let before = meter.sample(db.pool()).await?;
         let start = Instant::now();
-        let drained =
-            await_drain(db.pool(), &arrivals, backlog.events, start, backlog.limit, Some(&mut process.child)).await;
-        let cpu = before.spent_until(&meter.sample(db.pool()).await?);
+        let relay = Draining::Process(&mut process);
+        let drained = await_drain(db.pool(), &arrivals, backlog.events, start, backlog.limit, relay).await;
+        let after = meter.sample(db.pool()).await;
         // Read the peak before the shutdown, which allocates nothing worth measuring.
         let memory = process.memory().await;
         let stopped = process.stop().await;
-        let drained = drained?;
+        let drained = with_stop(drained, &stopped)?;
+        let cpu = before.spent_until(&after?);
         let (peak_kib, now_kib) = memory?;
         stopped?;
         Ok::<_, BoxError>((drained, peak_kib, now_kib, cpu))
@@ -221,9 +276,10 @@ pub(super) async fn drain_filled(
     let arrivals = Arrivals::start(target, backlog.events, false).await?;
     let outcome = async {
         let relay = InProcess::start_with(db, target, None, retention).await?;
-        let drained = await_drain(db.pool(), &arrivals, backlog.events, Instant::now(), backlog.limit, None).await;
+        let draining = Draining::InProcess(&relay);
+        let drained = await_drain(db.pool(), &arrivals, backlog.events, Instant::now(), backlog.limit, draining).await;
         let stopped = relay.stop().await;
-        let drained = drained?;
+        let drained = with_stop(drained, &stopped)?;
         stopped?;
         Ok::<_, BoxError>(drained)
     }

@@ -3,21 +3,26 @@
 
 use std::time::Duration;
 
-use futures::future::try_join_all;
 use outbox_producer::Outbox;
 use outbox_testkit::TestDb;
 use sqlx::Connection as _;
 use sqlx::postgres::PgPoolOptions;
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::BoxError;
 use crate::figure::comment;
 use crate::producer::event;
+use crate::wait::{FLOOR, allow_for, join_tasks, secs, within};
 
 /// Concurrent connections filling a backlog, each with entities of its own.
 const FILLERS: u64 = 4;
 /// Events per `enqueue_many` transaction when filling a backlog.
 const FILL_BATCH: u64 = 2_000;
+
+/// Events per second that filling, and vacuuming what was filled, still reach on a slow, busy host
+/// (this one fills about 30,000), for their deadlines.
+const FILL_RATE: u64 = 10_000;
 
 const PREPARE: &str = "VACUUM ANALYZE outbox_events, outbox_entity_sequences";
 
@@ -29,9 +34,12 @@ const PREPARE: &str = "VACUUM ANALYZE outbox_events, outbox_entity_sequences";
 pub(super) async fn fill(db: &TestDb, total: u64, entities: u64, sealed: bool) -> Result<Duration, BoxError> {
     let outbox = if sealed { Outbox::builder().cipher(crate::sealed::cipher()).build() } else { Outbox::new() };
     let took = enqueue_spread_with(db, total, entities, FILL_BATCH, outbox).await?;
-    sqlx::raw_sql(PREPARE).execute(db.pool()).await?;
-    if let Err(e) = sqlx::raw_sql("CHECKPOINT").execute(db.pool()).await {
-        comment(format_args!("CHECKPOINT skipped: {e}"));
+    let limit = allow_for(total, FILL_RATE);
+    within(format_args!("VACUUM ANALYZE of {total} events"), limit, sqlx::raw_sql(PREPARE).execute(db.pool())).await?;
+    match tokio::time::timeout(limit, sqlx::raw_sql("CHECKPOINT").execute(db.pool())).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => comment(format_args!("CHECKPOINT skipped: {e}")),
+        Err(_) => return Err(format!("waited {} for a CHECKPOINT, without an answer", secs(limit)).into()),
     }
     Ok(took)
 }
@@ -61,9 +69,10 @@ async fn enqueue_spread_with(
         .connect_with(db.connect_options().clone())
         .await?;
     let start = Instant::now();
-    let tasks = (0..fillers).map(|filler| {
+    let mut tasks = JoinSet::new();
+    for filler in 0..fillers {
         let (pool, outbox) = (pool.clone(), outbox.clone());
-        tokio::spawn(async move {
+        tasks.spawn(async move {
             let mut conn = pool.acquire().await?;
             let mine: Vec<u64> = (filler..total).step_by(usize::try_from(fillers)?).collect();
             for chunk in mine.chunks(usize::try_from(per_transaction)?) {
@@ -79,12 +88,12 @@ async fn enqueue_spread_with(
                 tx.commit().await?;
             }
             Ok::<(), BoxError>(())
-        })
-    });
-    let outcome = try_join_all(tasks).await;
-    pool.close().await;
-    for done in outcome? {
-        done?;
+        });
     }
+    let what = format!("{fillers} connections to commit {total} events over {entities} entities");
+    let outcome = join_tasks(what, allow_for(total, FILL_RATE), tasks).await;
+    // The fillers are done or aborted: their connections are back or closed.
+    let _ = tokio::time::timeout(FLOOR, pool.close()).await;
+    outcome?;
     Ok(start.elapsed())
 }

@@ -5,11 +5,11 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use futures::future::try_join_all;
 use outbox_producer::Outbox;
 use outbox_testkit::TestDb;
 use sqlx::Connection as _;
 use sqlx::postgres::PgPoolOptions;
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 use uuid::Uuid;
 
@@ -20,6 +20,7 @@ use crate::BoxError;
 use crate::counters;
 use crate::figure::comment;
 use crate::producer::event;
+use crate::wait::{FLOOR, Progress, allow, join_tasks, until};
 
 /// Producer tasks of the latency phase, each committing one event per tick.
 const PRODUCERS: u64 = 10;
@@ -113,8 +114,9 @@ fn start_sampling() {
     counters::sample_histograms(true);
 }
 
-/// Starts a relay, runs the steady load, waits for the stragglers (every event committed, warm-up
-/// included) to arrive, then stops the relay. Returns the commits.
+/// Starts a relay, runs the steady load, waits up to [`FLOOR`] for the stragglers (every event
+/// committed, warm-up included) to arrive (those that do not count as missing), then stops the
+/// relay. Returns the commits.
 async fn load(
     db: &TestDb,
     target: Target<'_>,
@@ -125,9 +127,14 @@ async fn load(
     let relay = InProcess::start(db, target, gauge_interval_ms).await?;
     let produced = produce(db, plan).await;
     let expected = produced.as_ref().map(|c| c.len() as u64).unwrap_or(0);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while arrivals.count() < expected && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    let straggled =
+        until(format_args!("all {expected} events committed"), FLOOR, Duration::from_millis(20), async || {
+            arrivals.check_consuming()?;
+            Ok(if arrivals.count() >= expected { Progress::Done(()) } else { Progress::Waiting(arrivals.describe()) })
+        })
+        .await;
+    if let Err(e) = straggled {
+        comment(format_args!("latency: {e}; the events that did not arrive count as missing"));
     }
     let stopped = relay.stop().await;
     let produced = produced?;
@@ -201,12 +208,14 @@ async fn produce(db: &TestDb, plan: Plan) -> Result<Vec<Commit>, BoxError> {
         .min_connections(u32::try_from(PRODUCERS)?)
         .connect_with(db.connect_options().clone())
         .await?;
-    let begin = Instant::now() + Duration::from_millis(100);
+    let lead = Duration::from_millis(100);
+    let begin = Instant::now() + lead;
     let measure_from = begin + plan.latency_warmup;
     let end = measure_from + plan.latency_window;
-    let tasks = (0..PRODUCERS).map(|producer| {
+    let mut tasks = JoinSet::new();
+    for producer in 0..PRODUCERS {
         let pool = pool.clone();
-        tokio::spawn(async move {
+        tasks.spawn(async move {
             let outbox = Outbox::new();
             let mut conn = pool.acquire().await?;
             let offset = TICK * u32::try_from(producer)? / u32::try_from(PRODUCERS)?;
@@ -224,15 +233,14 @@ async fn produce(db: &TestDb, plan: Plan) -> Result<Vec<Commit>, BoxError> {
                 commits.push(Commit { id: *id.as_uuid(), at: Instant::now(), measured: tick >= measure_from });
             }
             Ok::<_, BoxError>(commits)
-        })
-    });
-    let outcome = try_join_all(tasks).await;
-    pool.close().await;
-    let mut commits = Vec::new();
-    for done in outcome? {
-        commits.extend(done?);
+        });
     }
-    Ok(commits)
+    let load = lead + plan.latency_warmup + plan.latency_window;
+    let what = format!("{PRODUCERS} producers to commit one event per {TICK:?} each for {load:?}");
+    let outcome = join_tasks(what, allow(load), tasks).await;
+    // The producers are done or aborted: their connections are back or closed.
+    let _ = tokio::time::timeout(FLOOR, pool.close()).await;
+    Ok(outcome?.into_iter().flatten().collect())
 }
 
 #[cfg(test)]

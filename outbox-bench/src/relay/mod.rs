@@ -37,7 +37,9 @@
 //! while the relay was down has where autovacuum runs: `VACUUM ANALYZE`, then `CHECKPOINT`. Every
 //! drain has a time limit ([`Plan::new`]) well above what a relay near its targets needs; a drain
 //! still running then is cut off, its rate counts the rows it published until then, and a `#` line
-//! says where the pending rows stand (claimed, due, deferred; ready or behind their predecessor).
+//! says where the pending rows stand (claimed, due, deferred; ready or behind their predecessor). A
+//! drain that published nothing by then fails with the same account. Every other wait has a
+//! deadline too ([`crate::wait`]); an error names its phase (`quorum phase: waited ...`).
 //!
 //! This file holds the command: its plan, the order of the phases and the figures they print. The
 //! rest, one concern per file: the consumer attached in every phase (`arrivals`), the broker's
@@ -70,6 +72,7 @@ pub(crate) use self::process::{ProcessArgs, process};
 use crate::BoxError;
 use crate::figure::{Value, comment, figure};
 use crate::producer::event;
+use crate::wait::{FLOOR, in_phase, within};
 
 /// A backlog to drain: its size, its entities, and how long the drain may take before it is cut
 /// off (far longer than a relay near its targets needs; a cut-off drain counts what it published).
@@ -147,7 +150,8 @@ struct Target<'a> {
 
 impl Target<'_> {
     async fn purge(&self) -> Result<(), BoxError> {
-        self.admin.queue_purge(self.queue.into(), QueuePurgeOptions::default()).await?;
+        let purge = self.admin.queue_purge(self.queue.into(), QueuePurgeOptions::default());
+        within(format_args!("the purge of queue {}", self.queue), FLOOR, purge).await?;
         Ok(())
     }
 }
@@ -165,18 +169,32 @@ fn asked_for(name: &str) -> bool {
 
 /// Runs the relay benchmark and prints its figures.
 pub(crate) async fn run(plan: Plan) -> Result<(), BoxError> {
-    let broker = TestBroker::new().await?;
+    let broker = within("a connection to the broker", FLOOR, TestBroker::new()).await?;
     let outcome = bench(&broker, plan).await;
-    let closed = broker.close().await;
+    let closed = within("the deletion of the benchmark's exchanges and queues", FLOOR, broker.close()).await;
     outcome?;
     closed?;
     Ok(())
 }
 
+/// Declares a durable topic exchange and a queue (with `arguments`) bound to it with `#`, named
+/// after `base`; returns their names.
+async fn topology(
+    broker: &TestBroker,
+    base: &str,
+    arguments: lapin::types::FieldTable,
+) -> Result<(String, String), BoxError> {
+    let declared = async {
+        let exchange = broker.declare_exchange(base, lapin::ExchangeKind::Topic).await?;
+        let queue = broker.declare_queue_with(base, arguments).await?;
+        broker.bind(&queue, &exchange, "#").await?;
+        Ok::<_, BoxError>((exchange, queue))
+    };
+    within(format_args!("the exchange and queue {base} to be declared and bound"), FLOOR, declared).await
+}
+
 async fn bench(broker: &TestBroker, plan: Plan) -> Result<(), BoxError> {
-    let exchange = broker.declare_exchange("bench.relay", lapin::ExchangeKind::Topic).await?;
-    let queue = broker.declare_queue("bench.relay").await?;
-    broker.bind(&queue, &exchange, "#").await?;
+    let (exchange, queue) = topology(broker, "bench.relay", lapin::types::FieldTable::default()).await?;
     let target = Target { url: broker.url(), exchange: &exchange, queue: &queue, admin: broker.channel() };
     comment(format_args!(
         "relay: payload {} bytes, durable topic exchange -> one durable queue (#), persistent, mandatory; \
@@ -185,26 +203,26 @@ async fn bench(broker: &TestBroker, plan: Plan) -> Result<(), BoxError> {
     ));
 
     if phase("drain") {
-        drain_phase(target, plan).await?;
+        in_phase("drain", drain_phase(target, plan)).await?;
     }
     if phase("latency") {
-        latency_phase(target, plan).await?;
+        in_phase("latency", latency_phase(target, plan)).await?;
     }
     if phase("backlog") {
-        backlog_phase(target, plan).await?;
+        in_phase("backlog", backlog_phase(target, plan)).await?;
     }
     if phase("quorum") {
-        quorum_phase(broker, plan).await?;
+        in_phase("quorum", quorum_phase(broker, plan)).await?;
     }
     if asked_for("gauges") {
-        gauges_phase(target, plan).await?;
+        in_phase("gauges", gauges_phase(target, plan)).await?;
     }
     if asked_for("sealed") {
-        sealed_phase(target, plan).await?;
+        in_phase("sealed", sealed_phase(target, plan)).await?;
     }
     if asked_for("retention") {
         let old = if plan.drain.events < 100_000 { 100_000 } else { 1_000_000 };
-        retention::retention_phase(target, plan, old).await?;
+        in_phase("retention", retention::retention_phase(target, plan, old)).await?;
     }
     comment(
         "target: relay_drain_ratio >= 0.6, relay_latency_p99_ms <= 25 with relay_latency_p50_ms <= 5, \
@@ -264,11 +282,9 @@ async fn drain_phase(target: Target<'_>, plan: Plan) -> Result<(), BoxError> {
 /// 5: phases 1 and 2 again with a quorum queue in place of the classic one (a quorum queue of one
 /// node: the shared server), its ceiling measured on the same queue.
 async fn quorum_phase(broker: &TestBroker, plan: Plan) -> Result<(), BoxError> {
-    let exchange = broker.declare_exchange("bench.relay.quorum", lapin::ExchangeKind::Topic).await?;
     let mut quorum = lapin::types::FieldTable::default();
     quorum.insert("x-queue-type".into(), lapin::types::AMQPValue::LongString("quorum".into()));
-    let queue = broker.declare_queue_with("bench.relay.quorum", quorum).await?;
-    broker.bind(&queue, &exchange, "#").await?;
+    let (exchange, queue) = topology(broker, "bench.relay.quorum", quorum).await?;
     let target = Target { url: broker.url(), exchange: &exchange, queue: &queue, admin: broker.channel() };
     let rounds = drain_rounds(target, plan, "quorum drain").await?;
     figure("broker_ceiling_quorum_msgs_per_s", Value::Rate(rounds.ceiling), "msgs/s");
@@ -359,11 +375,12 @@ async fn backlog_phase(target: Target<'_>, plan: Plan) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// Runs `phase` in a fresh database and drops the database afterwards, also when the phase failed.
+/// Runs `phase` in a fresh database and drops the database afterwards, also when the phase failed
+/// (if closing it times out, `TestDb`'s drop removes it).
 pub(crate) async fn with_db<T>(phase: impl AsyncFnOnce(&TestDb) -> Result<T, BoxError>) -> Result<T, BoxError> {
-    let db = TestDb::new().await?;
+    let db = within("a fresh database with the migrations", FLOOR, TestDb::new()).await?;
     let outcome = phase(&db).await;
-    let closed = db.close().await;
+    let closed = within("the benchmark database to close and be dropped", FLOOR, db.close()).await;
     let value = outcome?;
     closed?;
     Ok(value)
