@@ -45,6 +45,10 @@ pub const RELAY_PROCESS_BACKLOG: Tiered<Load> =
 pub const THREE_RELAYS_BACKLOG: Tiered<Load> =
     Tiered { fast: Load { entities: 150, per_entity: 20 }, long: Load { entities: 500, per_entity: 40 } };
 
+/// Scenario 8: a backlog of order versions written while no relay runs, drained in order.
+pub const SCENARIO_BACKLOG: Tiered<Load> =
+    Tiered { fast: Load { entities: 1000, per_entity: 5 }, long: Load { entities: 1000, per_entity: 50 } };
+
 /// Writers committing business changes with their events while the relay publishes them over
 /// partitions and two consumers apply them (`outbox-consumer`'s `partitions`).
 pub const PARTITIONED_WRITES: Tiered<Writes> =

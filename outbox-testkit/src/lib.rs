@@ -33,7 +33,7 @@
 //!
 //! The ten failure scenarios of the design (rollback, broker down, relay crashes before and after
 //! publishing, competing relays, entity order, quarantine, backlog, retention, reconciliation) are
-//! the tests `scenario_01_...` to `scenario_10_...` in this crate's `tests/scenarios.rs`, each
+//! the tests `scenario_01_...` to `scenario_10_...` in `outbox-system-tests/tests/system/scenarios.rs`, each
 //! written on the harness and checking the consumer's business outcome.
 //!
 //! The servers are found through `OUTBOX_TEST_DATABASE_URL` (or `DATABASE_URL`) and

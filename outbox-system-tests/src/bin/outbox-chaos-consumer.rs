@@ -1,4 +1,4 @@
-//! A consumer process for the chaos soak (`tests/chaos.rs`): an `InboxRunner` whose handler
+//! A consumer process for the chaos soak (`tests/system/chaos.rs`): an `InboxRunner` whose handler
 //! records each applied event in the business table `chaos_effects`, in the inbox's transaction.
 //!
 //! ```text

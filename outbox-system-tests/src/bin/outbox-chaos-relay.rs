@@ -1,4 +1,4 @@
-//! A relay process for the chaos soak (`tests/chaos.rs`): the library `Relay` configured from the
+//! A relay process for the chaos soak (`tests/system/chaos.rs`): the library `Relay` configured from the
 //! environment, stopped gracefully by SIGTERM, meant to be SIGKILLed at random.
 //!
 //! ```text

@@ -14,7 +14,7 @@ use outbox_core::{
 };
 use outbox_producer::{Retention, admin};
 use outbox_relay::{CrashPoint, Error as RelayError, RelayBuilder};
-use outbox_system_tests::count;
+use outbox_system_tests::{Load, count, sizes};
 use outbox_testkit::{Fault, FaultyPublisher, Harness, HarnessBuilder, ReconciliationReport, wait_for};
 use tower::Layer;
 use uuid::Uuid;
@@ -496,17 +496,23 @@ async fn scenario_07_rejected_payload_is_quarantined_others_flow() {
     h.close().await.expect("cleanup");
 }
 
-/// Versions per order of the backlog over 1,000 orders: 5 (5,000 events) unless
-/// `OUTBOX_SCENARIO_BACKLOG_VERSIONS` says otherwise (50 for 50,000). Every event is applied by the
-/// consumer in its own transaction, which bounds the speed of a debug build.
-fn backlog_versions() -> usize {
-    std::env::var("OUTBOX_SCENARIO_BACKLOG_VERSIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(5)
+#[tokio::test]
+async fn scenario_08_backlog_drains_in_order() {
+    backlog_drains_in_order(sizes::SCENARIO_BACKLOG.fast).await;
 }
 
 #[tokio::test]
-async fn scenario_08_backlog_drains_in_order() {
+#[ignore = "long tier"]
+async fn scenario_08_backlog_drains_in_order_long_tier() {
+    backlog_drains_in_order(sizes::SCENARIO_BACKLOG.long).await;
+}
+
+/// The backlog: `load.per_entity` versions of each of `load.entities` orders, written while no
+/// relay runs. Every event is applied by the consumer in its own transaction, which bounds the
+/// speed of a debug build.
+async fn backlog_drains_in_order(load: Load) {
     let mut h = start(with_shipping().defer_relay()).await;
-    let ids = changes(&h, 1000, backlog_versions()).await;
+    let ids = changes(&h, load.entities as i64, load.per_entity).await;
     let total = ids.len() as i64;
     let started = std::time::Instant::now();
     h.start_relay().await.expect("relay");
