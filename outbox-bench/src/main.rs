@@ -53,6 +53,7 @@ mod sealed;
 mod wait;
 
 use std::error::Error;
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
@@ -93,15 +94,24 @@ enum Command {
     Gauges,
 }
 
+/// Runs the command; a failure is printed to standard error as one line (`outbox-bench: <error>`)
+/// and the exit status is 1.
 #[tokio::main]
-async fn main() -> Result<(), BoxError> {
+async fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
+    let outcome = match cli.command {
         Command::Producer => producer::run(producer::Plan::new(cli.quick)).await,
         Command::Relay => relay::run(relay::Plan::new(cli.quick)).await,
         Command::RelayProcess(args) => relay::process(args).await,
         Command::Consumer => consumer::run(consumer::Plan::new(cli.quick)).await,
         Command::ConsumerProcess(args) => consumer::process(args).await,
         Command::Gauges => gauges::run(gauges::Plan::new(cli.quick)).await,
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("outbox-bench: {e}");
+            ExitCode::FAILURE
+        }
     }
 }

@@ -146,7 +146,7 @@ async fn cut_off(
     let seen = format!(
         "{}, {published} rows published; pending: {in_flight} claimed, {due_ready} due and ready, {due_blocked} due \
          behind their predecessor, {deferred_blocked} deferred behind their predecessor, {deferred_ready} deferred \
-         although their predecessor is published (a lost wake-up)",
+         with nothing ahead of them (retrying after a failed publish, or a lost wake-up)",
         arrivals.describe()
     );
     if published == 0 {
