@@ -31,6 +31,7 @@ mod acks;
 mod classify;
 mod connection;
 mod dead_letters;
+mod delivery;
 mod error;
 mod nodes;
 mod properties;
@@ -41,13 +42,14 @@ mod url;
 
 pub use connection::{close, connect};
 pub use dead_letters::{DeadLetters, HEADER_DEAD_LETTER_DETAIL, HEADER_DEAD_LETTER_QUEUE, HEADER_DEAD_LETTER_REASON};
+pub use delivery::Delivery;
 pub use error::Error;
 /// The AMQP client underneath, for what this crate does not wrap (a channel of one's own).
 pub use lapin;
 pub use nodes::Nodes;
 pub use properties::{from_table, to_properties, to_table, to_wire};
 pub use publisher::{AmqpPublisher, AmqpPublisherBuilder};
-pub use subscription::{Delivery, Subscription};
+pub use subscription::Subscription;
 pub use topology::{
     QUORUM_DELIVERY_LIMIT, QueueType, Topology, declare_exchange, declare_partitions, declare_partitions_as,
     declare_queue, declare_queue_as,

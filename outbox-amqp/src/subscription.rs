@@ -1,5 +1,5 @@
-//! The consumer's side of the broker: a connection consuming some queues with a prefetch, the
-//! deliveries it yields, acked (coalesced, see `acks`) or requeued.
+//! The consumer's side of the broker: a connection consuming some queues with a prefetch, and the
+//! deliveries it yields (see `delivery`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,111 +9,12 @@ use futures::{FutureExt, StreamExt};
 use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::{FieldTable, ShortString};
 use lapin::{Channel, Connection, Consumer};
-use outbox_core::wire::WireMessage;
 
 use crate::acks::AckWindow;
-use crate::{DeadLetters, Error, Nodes};
+use crate::{DeadLetters, Delivery, Error, Nodes};
 
 /// How long opening a subscription's connection may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A message received from a queue, to be acked or requeued once handled.
-///
-/// Acks are coalesced: a delivery acked goes with every delivery before it on its channel in one
-/// `basic.ack` (`multiple`), once none of those is still in hand. A delivery dropped unsettled stays
-/// unacknowledged until its connection closes, and the broker then delivers it again.
-#[derive(Debug)]
-pub struct Delivery {
-    pub(crate) inner: lapin::message::Delivery,
-    window: Arc<AckWindow>,
-}
-
-impl Drop for Delivery {
-    fn drop(&mut self) {
-        // Unsettled: never covered by a coalesced ack, and it must not hold the others back. (A
-        // settled delivery is no longer in the window: nothing to do.)
-        if self.window.is_open(self.inner.delivery_tag) {
-            self.window.set_aside_later(self.inner.delivery_tag);
-        }
-    }
-}
-
-impl Delivery {
-    /// The message in the neutral form of the wire contract (the body is copied).
-    pub fn message(&self) -> WireMessage {
-        crate::to_wire(&self.inner.properties, &self.inner.data)
-    }
-
-    /// The routing key it was published with.
-    pub fn routing_key(&self) -> &str {
-        self.inner.routing_key.as_str()
-    }
-
-    /// The `message_id` property (the event id under the wire contract), if any.
-    pub fn message_id(&self) -> Option<&str> {
-        self.inner.properties.message_id().as_ref().map(ShortString::as_str)
-    }
-
-    /// The entity key of the wire contract's `x-entity` header, if the message has one, read
-    /// without decoding the rest of the message.
-    pub fn entity(&self) -> Option<&str> {
-        let headers = self.inner.properties.headers().as_ref()?;
-        match headers.inner().get(outbox_core::wire::HEADER_ENTITY)? {
-            lapin::types::AMQPValue::LongString(s) => std::str::from_utf8(s.as_bytes()).ok(),
-            lapin::types::AMQPValue::ShortString(s) => Some(s.as_str()),
-            _ => None,
-        }
-    }
-
-    /// The `correlation_id` property, if any.
-    pub fn correlation_id(&self) -> Option<&str> {
-        self.inner.properties.correlation_id().as_ref().map(ShortString::as_str)
-    }
-
-    /// Acknowledges the delivery: the broker forgets it once every delivery before it on its
-    /// channel is settled (the ack is coalesced with theirs).
-    ///
-    /// # Errors
-    /// The channel's failure (the broker then delivers it again).
-    pub async fn ack(&self) -> Result<(), Error> {
-        self.window.ack([self.inner.delivery_tag]).await
-    }
-
-    /// Acknowledges deliveries of one subscription together, as [`Delivery::ack`] does each.
-    ///
-    /// # Errors
-    /// The channel's failure (the broker then delivers them again).
-    pub async fn ack_all(deliveries: &[Delivery]) -> Result<(), Error> {
-        let mut rest: Vec<&Delivery> = deliveries.iter().collect();
-        while let Some(first) = rest.first() {
-            let window = first.window.clone();
-            let (same, other): (Vec<&Delivery>, Vec<&Delivery>) =
-                rest.into_iter().partition(|d| Arc::ptr_eq(&d.window, &window));
-            window.ack(same.iter().map(|d| d.inner.delivery_tag)).await?;
-            rest = other;
-        }
-        Ok(())
-    }
-
-    /// Gives the delivery back to its queue, to be delivered again.
-    ///
-    /// # Errors
-    /// The channel's failure (the broker then delivers it again anyway).
-    pub async fn requeue(&self) -> Result<(), Error> {
-        self.window.requeue(self.inner.delivery_tag).await
-    }
-
-    /// Gives the delivery back to its queue after `delay`; meanwhile the deliveries after it are
-    /// acked without waiting for it.
-    ///
-    /// # Errors
-    /// The channel's failure (the broker then delivers it again anyway).
-    pub async fn requeue_after(&self, delay: Duration) -> Result<(), Error> {
-        self.window.set_aside(self.inner.delivery_tag).await?;
-        tokio::time::sleep(delay).await;
-        self.requeue().await
-    }
-}
 
 /// One connection consuming `queues` with at most `prefetch` unacknowledged deliveries, and a
 /// confirm channel for dead letters.
@@ -169,8 +70,7 @@ impl Subscription {
     }
 
     fn delivery(&self, inner: lapin::message::Delivery) -> Delivery {
-        self.window.receive(inner.delivery_tag);
-        Delivery { inner, window: self.window.clone() }
+        Delivery::received(inner, self.window.clone())
     }
 
     /// Moves the deliveries already received into `batch`, up to `max` in all, without waiting.

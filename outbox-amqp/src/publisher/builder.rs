@@ -1,18 +1,28 @@
+//! [`AmqpPublisherBuilder`]: every setting of a publisher with its default.
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Mutex;
 
-use super::{AmqpPublisher, Inner, State};
+use super::publish::AmqpPublisher;
+use super::shared::{Inner, State};
 use crate::{Error, Nodes};
+
+impl AmqpPublisher {
+    /// Starts a builder for the broker at `url` (`amqp://` or `amqps://`).
+    pub fn builder(url: impl Into<String>) -> AmqpPublisherBuilder {
+        AmqpPublisherBuilder::new(url.into())
+    }
+}
 
 /// Builder of an [`AmqpPublisher`]. Its defaults are the `DEFAULT_*` constants of this type.
 #[derive(Debug, Clone)]
 pub struct AmqpPublisherBuilder {
-    pub(super) nodes: Nodes,
-    pub(super) connection_name: String,
-    pub(super) connect_timeout: Duration,
-    pub(super) max_message_bytes: usize,
+    nodes: Nodes,
+    connection_name: String,
+    connect_timeout: Duration,
+    max_message_bytes: usize,
 }
 
 impl AmqpPublisherBuilder {
@@ -23,7 +33,7 @@ impl AmqpPublisherBuilder {
     /// The largest message body unless set: RabbitMQ's default `max_message_size`, 128 MiB.
     pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 128 * 1024 * 1024;
 
-    pub(super) fn new(url: String) -> Self {
+    fn new(url: String) -> Self {
         Self {
             nodes: Nodes::one(url),
             connection_name: Self::DEFAULT_CONNECTION_NAME.to_owned(),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use lapin::Confirmation;
 use outbox_core::{ConfirmFuture, FailureKind, PublishFailure, PublishOutcome};
 
-use super::Inner;
+use super::shared::Inner;
 
 pub(super) fn ready(outcome: PublishOutcome) -> ConfirmFuture {
     Box::pin(std::future::ready(outcome))
