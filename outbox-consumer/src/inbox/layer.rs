@@ -5,7 +5,8 @@ use std::sync::Arc;
 use sqlx::PgPool;
 use tower::Layer;
 
-use super::{InboxService, StartPolicy};
+use super::service::InboxService;
+use super::start_policy::StartPolicy;
 
 /// Wraps a handler (`Service<InboxRequest, Response = InboxRequest>`) in the inbox.
 ///

@@ -1,35 +1,12 @@
-//! Events that arrived ahead of their entity's next: held back, then applied in order when their
-//! gap fills (right after the predecessor, or by the periodic sweep).
+//! Events that arrived ahead of their entity's next (held back by `hold_back`): applied in order
+//! when their gap fills (right after the predecessor, or by the periodic sweep).
 
-use outbox_core::{Event, PayloadCipher};
 use tower::Service;
 
-use super::{InboxRequest, InboxService, Outcome, store};
+use super::request::InboxRequest;
+use super::service::InboxService;
+use super::store;
 use crate::Result;
-
-/// Holds back an ordered event that is not its entity's next (the entity being at `last`): one at
-/// or below `last` is recorded as stale, one further ahead is stored in the parking. Returns the
-/// outcome if it was held back, `None` if it is next (or unordered).
-pub(super) async fn hold_back(
-    tx: &mut sqlx::PgConnection,
-    consumer: &str,
-    cipher: Option<&PayloadCipher>,
-    event: &Event,
-    last: i64,
-) -> Result<Option<Outcome>> {
-    let Some(entity) = &event.entity else { return Ok(None) };
-    let seq = i64::try_from(entity.seq).unwrap_or(i64::MAX);
-    if seq <= last {
-        store::mark_stale(tx, consumer, event.id, last).await?;
-        return Ok(Some(Outcome::Stale));
-    }
-    if seq > last + 1 {
-        store::store_content(tx, consumer, event, "parked", None, cipher).await?;
-        tracing::debug!(event_id = %event.id, entity = %entity.key, seq, last, "inbox.parked");
-        return Ok(Some(Outcome::Parked));
-    }
-    Ok(None)
-}
 
 impl<S> InboxService<S>
 where

@@ -4,9 +4,11 @@
 use outbox_core::Event;
 use tower::Service;
 
-use super::parked::hold_back;
+use super::hold_back::hold_back;
+use super::outcome::Outcome;
+use super::request::InboxRequest;
+use super::service::InboxService;
 use super::store::{self, Opening};
-use super::{InboxRequest, InboxService, Outcome};
 use crate::{Error, Result};
 
 impl<S> InboxService<S>

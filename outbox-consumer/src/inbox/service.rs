@@ -12,8 +12,11 @@ use outbox_core::Event;
 use sqlx::PgPool;
 use tower::Service;
 
-use super::parked::hold_back;
-use super::{InboxRequest, Outcome, StartPolicy, store};
+use super::hold_back::hold_back;
+use super::outcome::Outcome;
+use super::request::InboxRequest;
+use super::start_policy::StartPolicy;
+use super::store;
 use crate::{Error, HandlerError, Result};
 
 /// The inbox around a handler: a `Service<Event, Response = Outcome>`.
@@ -62,7 +65,7 @@ where
         event: Event,
         tx: sqlx::Transaction<'static, sqlx::Postgres>,
     ) -> Result<InboxRequest> {
-        let request = InboxRequest { event, tx };
+        let request = InboxRequest::new(event, tx);
         let fut = async {
             std::future::poll_fn(|cx| inner.poll_ready(cx)).await.map_err(handler_error)?;
             inner.call(request).await.map_err(handler_error)

@@ -8,8 +8,8 @@ use outbox_amqp::{DeadLetters, Delivery};
 use outbox_core::{Event, EventId, FailureKind, RetryDecision};
 use tower::Service;
 
-use super::Shared;
 use super::handle::Counters;
+use super::shared::Shared;
 use crate::{Error, InboxRequest, Result, decode_delivery};
 
 /// What to do with a delivery once its event was handled.
@@ -100,7 +100,7 @@ where
             return Ok(());
         }
         #[cfg(feature = "fail-points")]
-        if self.settings.crash_at == Some(super::CrashPoint::AfterCommitBeforeAck) {
+        if self.settings.crash_at == Some(super::settings::CrashPoint::AfterCommitBeforeAck) {
             self.crashed.store(true, std::sync::atomic::Ordering::SeqCst);
             tracing::warn!("crash point reached: the runner stops before acking");
             return Err(Error::Crashed);

@@ -1,4 +1,4 @@
-//! The runner's settings and their defaults; the crash points of failure tests.
+//! [`InboxRunnerBuilder`]: every setting of a runner with its default.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -6,39 +6,25 @@ use std::time::Duration;
 
 use outbox_amqp::Nodes;
 use outbox_core::RetryPolicy;
+use tower::Service;
 
-use super::{InboxRunner, Shared};
-use crate::{DeliveryLimits, Error, InboxService, Result};
-
-/// Points where a runner can be made to stop as if its process died, for failure tests. Only with
-/// the `fail-points` feature.
+use super::run::InboxRunner;
 #[cfg(feature = "fail-points")]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum CrashPoint {
-    /// The handler's transaction committed; the delivery is not acked.
-    AfterCommitBeforeAck,
-}
+use super::settings::CrashPoint;
+use super::settings::Settings;
+use super::shared::Shared;
+use crate::{DeliveryLimits, Error, InboxRequest, InboxService, Result};
 
-/// Settings of an [`InboxRunner`]; every one has a documented default in [`InboxRunnerBuilder`].
-#[derive(Debug, Clone)]
-pub(super) struct Settings {
-    pub(super) nodes: Nodes,
-    pub(super) connection_name: String,
-    pub(super) queues: Vec<String>,
-    pub(super) dead_letter_exchange: String,
-    pub(super) prefetch: u16,
-    pub(super) concurrency: usize,
-    pub(super) batch_size: usize,
-    pub(super) retry: RetryPolicy,
-    pub(super) limits: DeliveryLimits,
-    pub(super) sweep_interval: Duration,
-    pub(super) gauge_interval: Option<Duration>,
-    pub(super) dedup_window: Option<Duration>,
-    pub(super) retention_interval: Duration,
-    pub(super) shutdown_deadline: Duration,
-    #[cfg(feature = "fail-points")]
-    pub(super) crash_at: Option<CrashPoint>,
+impl<S> InboxRunner<S>
+where
+    S: Service<InboxRequest, Response = InboxRequest> + Clone + Send + Sync + 'static,
+    S::Error: Into<tower::BoxError>,
+    S::Future: Send,
+{
+    /// Starts a builder for the broker at `url`, feeding `service`.
+    pub fn builder(url: impl Into<String>, service: InboxService<S>) -> InboxRunnerBuilder<S> {
+        InboxRunnerBuilder::new(url.into(), service)
+    }
 }
 
 /// Builder of an [`InboxRunner`]. Its defaults are the `DEFAULT_*` constants of this type.
@@ -82,7 +68,7 @@ impl<S> InboxRunnerBuilder<S> {
             .max_attempts(8)
     }
 
-    pub(super) fn new(url: String, service: InboxService<S>) -> Self {
+    fn new(url: String, service: InboxService<S>) -> Self {
         let settings = Settings {
             nodes: Nodes::one(url),
             connection_name: Self::DEFAULT_CONNECTION_NAME.to_owned(),

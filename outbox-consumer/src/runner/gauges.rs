@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::Shared;
+use super::shared::Shared;
 use crate::metrics as m;
 
 /// Reads the backlog into the gauges every `gauge_interval`, until aborted.

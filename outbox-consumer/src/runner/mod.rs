@@ -1,150 +1,30 @@
-//! The AMQP consumer loop around an [`InboxService`]: prefetch, bounded concurrency, ack after
-//! commit only, backoff on transient failures, dead-lettering, reconnection, graceful shutdown.
+//! The AMQP consumer loop around an [`InboxService`](crate::InboxService): prefetch, bounded
+//! concurrency, ack after commit only, backoff on transient failures, dead-lettering,
+//! reconnection, graceful shutdown.
 //!
 //! - `builder`: the settings and their defaults;
+//! - `settings`: the settings the builder makes, and the crash points of failure tests;
+//! - `shared`: the state the runner's tasks share, which every step below takes as an argument;
+//! - `run`: the runner: sessions one after another, until shut down;
 //! - `handle`: a running runner, its counts and its shutdown;
 //! - `session`: one connection's life, from subscribing to closing;
 //! - `schedule`: which deliveries make the next batch (an entity in hand waits);
-//! - `batch`: what happens to the deliveries taken together (decode, apply, ack or dead-letter).
+//! - `batch`: what happens to the deliveries taken together (decode, apply, ack or dead-letter);
+//! - `gauges` and `retention`: the background tasks beside the sessions.
 
 mod batch;
 mod builder;
 mod gauges;
 mod handle;
 mod retention;
+mod run;
 mod schedule;
 mod session;
+mod settings;
+mod shared;
 
-use std::collections::HashMap;
-use std::future::Future;
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-use outbox_core::EventId;
-use tokio::sync::watch;
-use tower::Service;
-
-#[cfg(feature = "fail-points")]
-pub use builder::CrashPoint;
 pub use builder::InboxRunnerBuilder;
 pub use handle::{RunnerHandle, RunnerStats};
-
-use crate::{InboxRequest, InboxService, Result};
-use builder::Settings;
-use handle::Counters;
-
-struct Shared<S> {
-    settings: Settings,
-    service: InboxService<S>,
-    /// Transient failures per event id, for the backoff and the attempt limit.
-    attempts: Mutex<HashMap<EventId, u32>>,
-    counters: Arc<Counters>,
-    crashed: AtomicBool,
-}
-
-/// Consumes one or more queues and feeds every delivery to an [`InboxService`].
-///
-/// A delivery is acked only after the inbox committed (applied, duplicate, stale or parked). A
-/// delivery that does not decode, or whose handler fails permanently or too often, is published to
-/// the dead-letter exchange with
-/// [`HEADER_DEAD_LETTER_REASON`](crate::HEADER_DEAD_LETTER_REASON) and then acked. A transient
-/// failure is requeued after a backoff. A lost connection is re-established with backoff;
-/// deliveries in hand then come back from the broker and the inbox drops what was already applied.
-///
-/// ```no_run
-/// use outbox_consumer::{HandlerError, InboxLayer, InboxRequest, InboxRunner};
-/// use tower::Layer;
-///
-/// # async fn demo(pool: sqlx::PgPool) -> Result<(), outbox_consumer::Error> {
-/// let handler = tower::service_fn(|req: InboxRequest| async move { Ok::<_, HandlerError>(req) });
-/// let service = InboxLayer::new(pool, "shipping").layer(handler);
-/// let runner = InboxRunner::builder("amqp://guest:guest@127.0.0.1:5672/%2f", service)
-///     .queue("shipping.orders")
-///     .prefetch(512)
-///     .concurrency(8)
-///     .batch_size(32)
-///     .build()?;
-/// let handle = runner.spawn();
-/// // ...
-/// handle.shutdown().await
-/// # }
-/// ```
-pub struct InboxRunner<S> {
-    shared: Arc<Shared<S>>,
-}
-
-impl<S> std::fmt::Debug for InboxRunner<S> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("InboxRunner").field("settings", &self.shared.settings).finish_non_exhaustive()
-    }
-}
-
-impl<S> InboxRunner<S>
-where
-    S: Service<InboxRequest, Response = InboxRequest> + Clone + Send + Sync + 'static,
-    S::Error: Into<tower::BoxError>,
-    S::Future: Send,
-{
-    /// Starts a builder for the broker at `url`, feeding `service`.
-    pub fn builder(url: impl Into<String>, service: InboxService<S>) -> InboxRunnerBuilder<S> {
-        InboxRunnerBuilder::new(url.into(), service)
-    }
-
-    /// Runs as a task of the current runtime.
-    pub fn spawn(self) -> RunnerHandle {
-        let (stop, mut rx) = watch::channel(false);
-        let counters = self.shared.counters.clone();
-        let task = tokio::spawn(async move {
-            self.run(async move {
-                let _ = rx.wait_for(|s| *s).await;
-            })
-            .await
-        });
-        RunnerHandle { stop, task, counters }
-    }
-
-    /// Runs until `shutdown` completes, reconnecting after every loss, then shuts down gracefully.
-    ///
-    /// # Errors
-    /// [`Error::Crashed`](crate::Error::Crashed) only, at an armed crash point; broker failures
-    /// are retried with backoff.
-    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
-        tokio::pin!(shutdown);
-        let gauges = tokio::spawn(gauges::gauges(self.shared.clone()));
-        let _stop_gauges = AbortOnDrop(gauges);
-        let retention = tokio::spawn(retention::retention(self.shared.clone()));
-        let _stop_retention = AbortOnDrop(retention);
-        let mut backoff = outbox_core::Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
-        loop {
-            let wait = match self.shared.session(&mut shutdown).await {
-                Ok(true) => return Ok(()),
-                Ok(false) => {
-                    backoff.reset();
-                    backoff.fail()
-                }
-                Err(e) => {
-                    if self.shared.crashed.load(std::sync::atomic::Ordering::SeqCst) {
-                        return Err(e);
-                    }
-                    let wait = backoff.fail();
-                    tracing::warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "inbox runner lost the broker; reconnecting");
-                    wait
-                }
-            };
-            tokio::select! {
-                () = &mut shutdown => return Ok(()),
-                () = tokio::time::sleep(wait) => {}
-            }
-        }
-    }
-}
-
-/// Aborts a background task when the runner's `run` ends, however it ends.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
+pub use run::InboxRunner;
+#[cfg(feature = "fail-points")]
+pub use settings::CrashPoint;

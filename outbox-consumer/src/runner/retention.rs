@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::Shared;
+use super::shared::Shared;
 
 /// Deletes the consumer's processed event ids older than its dedup window every
 /// `retention_interval`, in batches of 5,000 (at most 100 each time), until aborted.

@@ -11,8 +11,8 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tower::Service;
 
-use super::Shared;
 use super::schedule::Schedule;
+use super::shared::Shared;
 use crate::{InboxRequest, Result};
 
 type Tasks = JoinSet<Result<()>>;
