@@ -47,9 +47,12 @@ mod error;
 mod faulty;
 mod harness;
 mod log_capture;
+mod logging;
 mod proxy;
 mod reconcile;
 mod recorder;
+mod suffix;
+mod wait;
 
 pub use broker::{TestBroker, amqp_url, close_connections_named};
 pub use cluster::{ClusterNode, TestCluster};
@@ -58,51 +61,15 @@ pub use error::{Error, Result};
 pub use faulty::{Fault, FaultyPublisher};
 pub use harness::{Harness, HarnessBuilder, HarnessPublisher};
 pub use log_capture::LogCapture;
+pub use logging::init_logging;
 pub use proxy::{ChaosProxy, Mode};
 pub use reconcile::{
     BrokerFindings, Change, EventRef, InboxFindings, InboxRow, OrderViolation, OutboxRow, Reconciliation,
     ReconciliationReport, RecorderDeliveries, Snapshot, compare,
 };
 pub use recorder::{Record, Recorder};
-
-/// Installs the log of the testkit's processes and the bench: stderr, `RUST_LOG` (or `default`),
-/// and [`outbox_core::REDACTING_LOG_TARGETS`], so that no payload reaches a log line.
-pub fn init_logging(default: &str) {
-    use tracing_subscriber::filter::{EnvFilter, Targets};
-    use tracing_subscriber::prelude::*;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let redact: Targets = outbox_core::REDACTING_LOG_TARGETS.parse().unwrap_or_default();
-    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(redact);
-    tracing_subscriber::registry().with(filter).with(layer).init();
-}
-
-/// A random lowercase suffix for names of test resources.
-pub fn unique_suffix() -> String {
-    use rand::Rng;
-    let n: u64 = rand::rng().random();
-    format!("{n:016x}")
-}
-
-/// Waits until `check` returns `Some`, polling every 20 ms, or fails after `deadline`.
-///
-/// # Errors
-/// [`Error::Timeout`] naming `what` if the deadline passes first.
-pub async fn wait_for<T, F, Fut>(what: &str, deadline: std::time::Duration, mut check: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let until = tokio::time::Instant::now() + deadline;
-    loop {
-        if let Some(v) = check().await {
-            return Ok(v);
-        }
-        if tokio::time::Instant::now() >= until {
-            return Err(Error::Timeout { what: what.to_owned(), after: deadline });
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-}
+pub use suffix::unique_suffix;
+pub use wait::wait_for;
 
 /// The guides under `docs/`, compiled as doc tests so that their code cannot rot.
 #[cfg(doctest)]

@@ -8,11 +8,11 @@ use outbox_consumer::{InboxRequest, InboxRunnerBuilder, Topology};
 use outbox_producer::Outbox;
 use outbox_relay::{AmqpPublisher, AmqpPublisherBuilder, RelayBuilder};
 
-use super::consumer::{ConsumerFactory, factory};
+use super::consumer_factory::{ConsumerFactory, factory};
+use super::environment::Harness;
 use super::guard::Guard;
-use super::relay::RelayConfig;
+use super::relay_config::{HarnessPublisher, RelayConfig};
 use super::url::{broker_addr, via};
-use super::{Harness, HarnessPublisher};
 use crate::{ChaosProxy, FaultyPublisher, Recorder, Result, TestBroker, TestDb};
 
 type PublisherConfig = Arc<dyn Fn(AmqpPublisherBuilder) -> AmqpPublisherBuilder + Send + Sync>;

@@ -1,18 +1,14 @@
 //! The harness's relay: its builder with the test defaults, and starting, stopping, killing and
 //! joining it.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::{Publisher, RetryPolicy};
 use outbox_relay::{AmqpPublisher, RelayBuilder, RelayHandle};
 
-use super::{Harness, HarnessPublisher};
+use super::environment::Harness;
+use super::relay_config::HarnessPublisher;
 use crate::Result;
-
-/// The test's adjustments of the relay, applied after the harness's settings.
-pub(super) type RelayConfig =
-    Arc<dyn Fn(RelayBuilder<HarnessPublisher>) -> RelayBuilder<HarnessPublisher> + Send + Sync>;
 
 impl Harness {
     /// A relay builder with the harness's settings and `publisher`, for more relays of the test's
