@@ -7,7 +7,7 @@ use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use outbox_producer::Retention;
+use outbox_ops::Retention;
 use sqlx::PgPool;
 
 use crate::args::CleanupArgs;

@@ -46,9 +46,12 @@ pub(crate) enum CliError {
     /// A migration failed.
     #[error("migration error: {}", MigrateMessage(.0))]
     Migrate(#[from] sqlx::migrate::MigrateError),
-    /// The producer library failed (its migrations, an operator query).
+    /// The producer library failed (its migrations).
     #[error("{0}")]
     Producer(#[from] outbox_producer::Error),
+    /// The operator library failed (an operator query, retention, the reconciliation).
+    #[error("{0}")]
+    Ops(#[from] outbox_ops::Error),
     /// `OUTBOX_PAYLOAD_KEYS` does not read (the message names the entry's place, never a key).
     #[error("OUTBOX_PAYLOAD_KEYS: {0}")]
     PayloadKeys(#[from] outbox_core::CipherError),

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use outbox_core::EventId;
-use outbox_producer::admin::{self, EventRecord};
+use outbox_ops::admin::{self, EventRecord};
 use serde_json::{Value, json};
 use sqlx::PgPool;
 

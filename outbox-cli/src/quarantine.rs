@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use outbox_core::{EventId, FailureKind};
-use outbox_producer::admin::{self, QuarantinedEvent};
+use outbox_ops::admin::{self, QuarantinedEvent};
 use serde_json::{Value, json};
 use sqlx::PgPool;
 use uuid::Uuid;

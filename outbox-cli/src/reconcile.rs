@@ -1,9 +1,9 @@
 //! `outbox reconcile`: proves that every business change has its event, over the operator's own
-//! query of business changes ([`outbox_producer::reconcile`]). Prints the counts, the changes
+//! query of business changes ([`outbox_ops::reconcile`]). Prints the counts, the changes
 //! without an event, the events without a change and the events not published (yet); exits 1
 //! when a change has no event or an event has no change.
 
-use outbox_producer::reconcile::{Reconciliation, ReconciliationReport};
+use outbox_ops::reconcile::{Reconciliation, ReconciliationReport};
 use sqlx::PgPool;
 
 use crate::args::ReconcileArgs;
@@ -30,9 +30,9 @@ pub(crate) async fn run(pool: &PgPool, args: ReconcileArgs) -> Result<(), CliErr
     };
     // The query's columns say which kind of changes it returns.
     let report = match base(Reconciliation::new(pool)).entity_versions(sql.clone()).run().await {
-        Err(outbox_producer::Error::InvalidQuery { .. }) => {
+        Err(outbox_ops::Error::InvalidQuery { .. }) => {
             base(Reconciliation::new(pool)).event_ids(sql).run().await.map_err(|e| match e {
-                outbox_producer::Error::InvalidQuery { .. } => CliError::ChangesShape,
+                outbox_ops::Error::InvalidQuery { .. } => CliError::ChangesShape,
                 other => other.into(),
             })?
         }

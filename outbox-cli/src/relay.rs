@@ -93,11 +93,11 @@ fn relay(db: PgConnectOptions, publisher: AmqpPublisher, args: RelayArgs) -> Res
 
 /// The relay's retention: published rows older than `--retention`, 5,000 per statement, at most
 /// 100 statements a minute; none with `--no-retention`.
-fn retention(args: &RelayArgs) -> Result<Option<outbox_producer::Retention>, CliError> {
+fn retention(args: &RelayArgs) -> Result<Option<outbox_ops::Retention>, CliError> {
     if args.no_retention {
         return Ok(None);
     }
-    let mut retention = outbox_producer::Retention::builder(args.retention).batch_size(5_000).max_batches(100);
+    let mut retention = outbox_ops::Retention::builder(args.retention).batch_size(5_000).max_batches(100);
     if let Some(age) = args.scrub_payload_after {
         retention = retention.scrub_payload_after(age);
     }

@@ -3,7 +3,7 @@
 //! when this database holds inbox tables. A table for people, or one JSON object (`--json`).
 
 use outbox_consumer::admin::InboxBacklog;
-use outbox_producer::admin::{Activity, Backlog};
+use outbox_ops::admin::{Activity, Backlog};
 use serde_json::{Value, json};
 use sqlx::{PgConnection, PgPool};
 
@@ -23,8 +23,8 @@ struct Report {
 /// The outbox tables are missing or a query fails.
 pub(crate) async fn run(mut conn: PgConnection, pool: &PgPool, json: bool) -> Result<(), CliError> {
     crate::schema::check_outbox(&mut conn).await?;
-    let backlog = outbox_producer::admin::backlog(&mut conn).await?;
-    let activity = outbox_producer::admin::activity(&mut conn).await?;
+    let backlog = outbox_ops::admin::backlog(&mut conn).await?;
+    let activity = outbox_ops::admin::activity(&mut conn).await?;
     let inbox = inbox(&mut conn, pool).await?;
     let report = Report { backlog, activity, inbox };
     if json {

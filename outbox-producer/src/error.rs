@@ -42,20 +42,6 @@ pub enum Error {
     /// Applying the product's migrations failed.
     #[error("migration error: {}", MigrateMessage(.0))]
     Migrate(#[from] sqlx::migrate::MigrateError),
-    /// A retention setting is out of range.
-    #[error("invalid configuration: {0}")]
-    InvalidConfig(&'static str),
-    /// A row breaks the schema's promises (written by SQL rather than `enqueue`).
-    #[error("corrupt row: {0}")]
-    Corrupt(String),
-    /// A query given to the reconciliation does not return the documented columns.
-    #[error("the {query} query does not return the expected columns: {reason}")]
-    InvalidQuery {
-        /// Which query (`entity_versions`, `event_ids`, `effects`).
-        query: &'static str,
-        /// What does not fit (column types, never values).
-        reason: String,
-    },
 }
 
 impl Error {
@@ -64,9 +50,6 @@ impl Error {
         match self {
             Self::InvalidEvent(_)
             | Self::InvalidBatchEvent { .. }
-            | Self::InvalidConfig(_)
-            | Self::Corrupt(_)
-            | Self::InvalidQuery { .. }
             | Self::AlreadyEnqueued { .. }
             | Self::Encryption(_) => FailureKind::Contract,
             Self::Database(e) => database_kind(e),
@@ -88,11 +71,6 @@ impl std::fmt::Debug for Error {
             Self::Encryption(e) => f.debug_tuple("Encryption").field(e).finish(),
             Self::Database(e) => f.debug_tuple("Database").field(&RedactedSqlx(e)).finish(),
             Self::Migrate(e) => f.debug_tuple("Migrate").field(&format_args!("{e}")).finish(),
-            Self::InvalidConfig(what) => f.debug_tuple("InvalidConfig").field(what).finish(),
-            Self::Corrupt(what) => f.debug_tuple("Corrupt").field(what).finish(),
-            Self::InvalidQuery { query, reason } => {
-                f.debug_struct("InvalidQuery").field("query", query).field("reason", reason).finish()
-            }
         }
     }
 }

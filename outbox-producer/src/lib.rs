@@ -2,8 +2,9 @@
 //!
 //! A service writes its business change and its events in one PostgreSQL transaction with
 //! [`Outbox::enqueue`]; the relay (crate `outbox-relay`) publishes them to the broker. This crate
-//! holds what a producing service needs and no broker client: enqueueing, the outbox migrations,
-//! [`Retention`] and the operator API over the outbox tables ([`admin`]).
+//! holds what a producing service links to write events, and no broker client: enqueueing
+//! (idempotency keys, sealed payloads) and the outbox migrations. The operator side (the operator
+//! API over the outbox tables, retention, reconciliation) is the crate `outbox-ops`.
 //!
 //! With the cargo feature `otel` (off by default), an event enqueued without a `traceparent` gets
 //! the W3C trace context of its `outbox.enqueue` span when that span has an OpenTelemetry context
@@ -33,25 +34,17 @@
 //! # Ok(()) }
 //! ```
 
-mod activity;
-pub mod admin;
-mod backlog;
 mod enqueue;
 mod error;
-mod events;
 mod idempotency;
 mod metrics;
 mod migrate;
 #[cfg(feature = "otel")]
 mod otel;
-pub mod reconcile;
-mod retention;
-mod stats;
 
 pub use enqueue::{DEFAULT_IDEMPOTENCY_WINDOW, Outbox, OutboxBuilder};
 pub use error::{Error, Result};
 pub use migrate::{MIGRATIONS_TABLE, migrate, migrator};
-pub use retention::{Retention, RetentionBuilder};
 
 /// The channel on which the outbox notifies the relay after a commit that enqueued events.
 pub const NOTIFY_CHANNEL: &str = "outbox_events";

@@ -1,11 +1,7 @@
 //! The producer side's metrics, through the `metrics` facade: every name and its description in
-//! one place. [`describe`] is called when an `Outbox` or a retention job is built.
+//! one place. [`describe`] is called when an `Outbox` is built.
 
 use ::metrics::describe_counter;
-
-/// Rows deleted by retention (counter).
-pub(crate) const RETENTION_DELETED: &str = "outbox_retention_deleted_total";
-pub(crate) const RETENTION_SCRUBBED: &str = "outbox_retention_scrubbed_total";
 
 /// Events written by `enqueue` / `enqueue_many` in this process, counted when written in the
 /// caller's transaction (a transaction rolled back afterwards counted too) (counter).
@@ -13,7 +9,5 @@ pub(crate) const CREATED: &str = "outbox_events_created_total";
 
 /// Registers the description of every producer-side metric with the installed recorder.
 pub(crate) fn describe() {
-    describe_counter!(RETENTION_DELETED, "Outbox rows deleted by retention.");
-    describe_counter!(RETENTION_SCRUBBED, "Payloads of published outbox rows cleared by retention.");
     describe_counter!(CREATED, "Events enqueued by this process (counted in the caller's transaction).");
 }

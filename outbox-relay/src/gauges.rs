@@ -1,9 +1,9 @@
 //! The backlog as gauges: what waits, what is held behind a quarantined event, how old the oldest
 //! of each is, what is quarantined by kind, which entities are behind and by how much, and which
-//! claims outlived their lease. Read by [`outbox_producer::admin::backlog`], one index-served
+//! claims outlived their lease. Read by [`outbox_ops::admin::backlog`], one index-served
 //! statement per relay every `gauge_interval`.
 
-use outbox_producer::admin::Backlog;
+use outbox_ops::admin::Backlog;
 
 /// Sets the gauges to `backlog`; kinds seen before and gone now are set to zero.
 pub(crate) fn record(backlog: &Backlog, kinds_seen: &mut Vec<String>) {

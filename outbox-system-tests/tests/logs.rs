@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use outbox_consumer::{HandlerError, InboxRequest};
 use outbox_core::NewEvent;
-use outbox_producer::admin;
+use outbox_ops::admin;
 use outbox_testkit::{Harness, LogCapture, wait_for};
 
 /// Applies every event but `order.poison`, which it refuses for good (dead-lettered).

@@ -11,6 +11,9 @@ pub enum Error {
     /// The producer side failed.
     #[error("producer error: {0}")]
     Producer(#[from] outbox_producer::Error),
+    /// The operator side failed (the outbox's counts, the reconciliation).
+    #[error("operator side error: {0}")]
+    Ops(#[from] outbox_ops::Error),
     /// The relay failed.
     #[error("relay error: {0}")]
     Relay(#[from] outbox_relay::Error),

@@ -16,7 +16,7 @@
 //!   faults through `faults()` (a [`FaultyPublisher`]), `relay_proxy()` / `consumer_proxy()`
 //!   (a [`ChaosProxy`]), crash points through `start_relay_with(|b| b.crash_at(..))` and
 //!   `start_consumer_crashing_at(..)`; `kill_relay()` / `kill_consumer()` as if the process died.
-//! - [`Reconciliation`] (from `outbox_producer::reconcile`, with [`RecorderDeliveries::broker`]):
+//! - [`Reconciliation`] (from `outbox_ops::reconcile`, with [`RecorderDeliveries::broker`]):
 //!   compares your business query (entity versions or event ids) with the outbox, what the broker
 //!   delivered and what a consumer's inbox applied; returns a [`ReconciliationReport`]
 //!   (`is_clean()`, a readable `Display` without payloads).

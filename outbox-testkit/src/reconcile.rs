@@ -1,7 +1,7 @@
-//! The reconciliation (`outbox_producer::reconcile`, where operators have it too), with what a
+//! The reconciliation (`outbox_ops::reconcile`, where operators have it too), with what a
 //! [`Recorder`] saw at the broker: [`RecorderDeliveries::broker`].
 
-pub use outbox_producer::reconcile::{
+pub use outbox_ops::reconcile::{
     BrokerFindings, Change, EventRef, InboxFindings, InboxRow, OrderViolation, OutboxRow, Reconciliation,
     ReconciliationReport, Snapshot, compare,
 };

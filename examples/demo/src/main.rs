@@ -188,7 +188,7 @@ async fn watch_progress(
             () = tokio::time::sleep(Duration::from_millis(500)) => {}
             _ = stop.wait_for(|s| *s) => return Ok(false),
         }
-        let outbox = outbox_producer::admin::stats(orders_db).await?;
+        let outbox = outbox_ops::admin::stats(orders_db).await?;
         let (written, published) = (outbox.total(), outbox.published);
         let applied = scalar(shipping_db, "SELECT count(*) FROM shipments").await?;
         println!(
@@ -210,7 +210,7 @@ async fn reconcile(
     started: Instant,
 ) -> Result<bool, BoxError> {
     let changes_made = scalar(orders_db, "SELECT coalesce(sum(version), 0)::bigint FROM orders").await?;
-    let outbox = outbox_producer::admin::stats(orders_db).await?;
+    let outbox = outbox_ops::admin::stats(orders_db).await?;
     let (events, published, quarantined) = (outbox.total(), outbox.published, outbox.quarantined);
     let applied = scalar(shipping_db, "SELECT count(*) FROM shipments").await?;
     let applied_twice = scalar(

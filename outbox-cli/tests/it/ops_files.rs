@@ -17,8 +17,12 @@ use serde_json::Value as Json;
 use serde_norway::Value as Yaml;
 
 /// The files that declare the product's metric names, as string literals.
-const DECLARING: [&str; 3] =
-    ["outbox-relay/src/metrics.rs", "outbox-producer/src/metrics.rs", "outbox-consumer/src/metrics.rs"];
+const DECLARING: [&str; 4] = [
+    "outbox-relay/src/metrics.rs",
+    "outbox-producer/src/metrics.rs",
+    "outbox-ops/src/metrics.rs",
+    "outbox-consumer/src/metrics.rs",
+];
 
 /// The suffixes an exporter adds to a histogram's (or summary's) name.
 const HISTOGRAM_SUFFIXES: [&str; 3] = ["_bucket", "_sum", "_count"];

@@ -249,7 +249,7 @@ impl<P: Publisher> RelayBuilder<P> {
     /// Sets how often the relay reads the backlog into its gauges (`outbox_events_waiting`,
     /// `outbox_events_held`, the oldest ages, `outbox_events_quarantined`, `outbox_expired_leases`,
     /// `outbox_entities_behind`, `outbox_largest_entity_gap`), or `None` for never. Defaults to
-    /// 10 s. The query ([`outbox_producer::admin::backlog`]) is served by the partial indexes of
+    /// 10 s. The query ([`outbox_ops::admin::backlog`]) is served by the partial indexes of
     /// pending, held and quarantined rows and reads a capped number of them, so its cost does not
     /// grow with the table's history. Each relay reports it; the values are the same.
     #[must_use]
@@ -273,7 +273,7 @@ impl<P: Publisher> RelayBuilder<P> {
     /// rows with `SKIP LOCKED`, so they share the work and never wait on each other, and a
     /// waiting, claimed, held or quarantined row is never touched.
     #[must_use]
-    pub fn retention(mut self, retention: Option<outbox_producer::Retention>) -> Self {
+    pub fn retention(mut self, retention: Option<outbox_ops::Retention>) -> Self {
         self.settings.retention = retention;
         self
     }

@@ -44,7 +44,7 @@ pub(super) struct Settings {
     pub(super) vacuum_after: Option<u64>,
     pub(super) gauge_interval: Option<Duration>,
     pub(super) summary_interval: Option<Duration>,
-    pub(super) retention: Option<outbox_producer::Retention>,
+    pub(super) retention: Option<outbox_ops::Retention>,
     pub(super) retention_interval: Duration,
     pub(super) cipher: Option<outbox_core::PayloadCipher>,
     pub(super) end_to_end: bool,

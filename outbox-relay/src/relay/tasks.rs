@@ -31,7 +31,7 @@ pub(super) async fn maintain<P: Publisher>(shared: Arc<Shared<P>>) {
     let mut tick = tokio::time::interval(shared.settings.poll_interval * 30);
     loop {
         tick.tick().await;
-        match outbox_producer::admin::release_held(&shared.pool).await {
+        match outbox_ops::admin::release_held(&shared.pool).await {
             Ok(0) => {}
             Ok(n) => {
                 tracing::info!(released = n, "rows held behind a formerly quarantined event are due again");
@@ -116,7 +116,7 @@ pub(super) async fn gauges<P: Publisher>(shared: Arc<Shared<P>>) {
     let mut kinds_seen = Vec::new();
     loop {
         tick.tick().await;
-        match outbox_producer::admin::backlog(&shared.pool).await {
+        match outbox_ops::admin::backlog(&shared.pool).await {
             Ok(backlog) => crate::gauges::record(&backlog, &mut kinds_seen),
             Err(e) => tracing::debug!(error = %e, "could not read the backlog for the gauges"),
         }
@@ -151,7 +151,7 @@ pub(super) async fn summarize<P: Publisher>(shared: Arc<Shared<P>>) {
     loop {
         tick.tick().await;
         let (published, taken_over, failed) = shared.tally.take();
-        match outbox_producer::admin::backlog(&shared.pool).await {
+        match outbox_ops::admin::backlog(&shared.pool).await {
             Ok(b) => tracing::info!(published, failed = %failed, taken_over, waiting = b.waiting, held = b.held,
                 oldest_waiting_secs = b.oldest_waiting_age.as_secs(), "outbox.summary"),
             Err(e) => tracing::info!(published, failed = %failed, taken_over, backlog = %e, "outbox.summary"),

@@ -38,7 +38,7 @@ async fn under_way(recorder: &Recorder, load: Load) {
 /// Waits until every row is marked published.
 async fn all_marked(pool: &PgPool, n: usize) {
     wait_for("every row marked published", Duration::from_secs(30), || async {
-        let published = outbox_producer::admin::stats(pool).await.ok()?.published;
+        let published = outbox_ops::admin::stats(pool).await.ok()?.published;
         (published == n as i64).then_some(())
     })
     .await

@@ -81,14 +81,14 @@ async fn held_rows_are_released_only_when_their_quarantine_is_resolved() {
         .execute(pool)
         .await
         .expect("hold");
-    assert_eq!(outbox_producer::admin::release_held(pool).await.expect("re-check"), 0, "every quarantine stands");
+    assert_eq!(outbox_ops::admin::release_held(pool).await.expect("re-check"), 0, "every quarantine stands");
 
     // An operator resolved one head without waking its successors (the race the re-check closes).
     sqlx::query("UPDATE outbox_events SET status = 'skipped' WHERE entity_key = 'resolved' AND seq = 1")
         .execute(pool)
         .await
         .expect("skip");
-    assert_eq!(outbox_producer::admin::release_held(pool).await.expect("re-check"), 3);
+    assert_eq!(outbox_ops::admin::release_held(pool).await.expect("re-check"), 3);
     let held: Vec<(String, i64)> = sqlx::query_as(
         "SELECT entity_key, seq FROM outbox_events WHERE next_attempt_at = 'infinity' ORDER BY entity_key, seq",
     )

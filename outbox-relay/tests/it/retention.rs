@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use outbox_core::NewEvent;
-use outbox_producer::Retention;
+use outbox_ops::Retention;
 use outbox_testkit::{Harness, wait_for};
 
 const OLD: i64 = 30_000;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use outbox_core::NewEvent;
-use outbox_producer::admin::{self, Backlog};
+use outbox_ops::admin::{self, Backlog};
 use outbox_testkit::{Fault, FaultyPublisher, Harness, wait_for};
 
 fn events(entity: &str, n: usize) -> Vec<NewEvent> {

@@ -12,7 +12,7 @@ use outbox_core::{
     ConfirmFuture, EventId, ExchangeKind, FailureKind, NewEvent, OutgoingMessage, PublishFailure, Publisher,
     RetryPolicy, Status,
 };
-use outbox_producer::{Retention, admin};
+use outbox_ops::{Retention, admin};
 use outbox_relay::{CrashPoint, Error as RelayError, RelayBuilder};
 use outbox_system_tests::{Load, count, sizes};
 use outbox_testkit::{Fault, FaultyPublisher, Harness, HarnessBuilder, ReconciliationReport, wait_for};

@@ -8,12 +8,12 @@ use super::Harness;
 use crate::Result;
 
 impl Harness {
-    /// Outbox rows with `status` (from [`outbox_producer::admin::stats`]).
+    /// Outbox rows with `status` (from [`outbox_ops::admin::stats`]).
     ///
     /// # Errors
     /// A database error.
     pub async fn count_status(&self, status: Status) -> Result<i64> {
-        let stats = outbox_producer::admin::stats(self.pool()).await?;
+        let stats = outbox_ops::admin::stats(self.pool()).await?;
         Ok(match status {
             Status::Pending => stats.pending,
             Status::Published => stats.published,

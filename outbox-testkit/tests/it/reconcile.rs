@@ -158,7 +158,7 @@ async fn every_kind_of_discrepancy_is_reported() {
 
     // A query of the wrong shape is a typed error.
     let err = Reconciliation::new(pool).entity_versions("SELECT id FROM orders").run().await.expect_err("shape");
-    assert!(matches!(err, outbox_producer::Error::InvalidQuery { query: "entity_versions", .. }), "{err:?}");
+    assert!(matches!(err, outbox_ops::Error::InvalidQuery { query: "entity_versions", .. }), "{err:?}");
 
     drop(recorder);
     broker.close().await.expect("cleanup");

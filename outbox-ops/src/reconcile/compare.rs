@@ -5,10 +5,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use uuid::Uuid;
 
-use super::{
-    BrokerFindings, Change, EventRef, InboxFindings, InboxRow, OrderViolation, OutboxRow, ReconciliationReport,
-    Snapshot,
-};
+use super::report::{BrokerFindings, InboxFindings, OrderViolation, ReconciliationReport};
+use super::rows::{Change, EventRef, InboxRow, OutboxRow};
+use super::snapshot::Snapshot;
 
 /// Compares a [`Snapshot`]; pure, so every rule is unit-tested.
 pub fn compare(s: &Snapshot) -> ReconciliationReport {

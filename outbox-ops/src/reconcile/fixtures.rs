@@ -1,8 +1,9 @@
-//! Snapshots for the unit tests of the comparison and of the report.
+//! Snapshots for the unit tests of the comparison.
 
 use uuid::Uuid;
 
-use super::{Change, EventRef, InboxRow, OutboxRow, Snapshot};
+use super::rows::{Change, EventRef, InboxRow, OutboxRow};
+use super::snapshot::Snapshot;
 
 pub(super) fn ev(n: u128, entity: Option<&str>, seq: Option<i64>) -> EventRef {
     EventRef { id: Uuid::from_u128(n), entity: entity.map(str::to_owned), seq }

@@ -1,37 +1,21 @@
-//! Reconciliation: does every business change have its event, was every event published once,
-//! did the broker deliver it in entity order, and did the consumer apply it?
-//!
-//! [`Reconciliation`] reads the user's business tables and the outbox, and optionally takes what
-//! was seen at the broker and reads what a consumer's inbox applied, and compares them in memory
-//! ([`compare`](fn@compare) is pure). The result is a [`ReconciliationReport`]: a value, never a
-//! panic. `outbox reconcile` runs it for an operator; the testkit adds the deliveries its recorder
-//! saw.
-//!
-//! This file holds the [`Reconciliation`] builder and its entry point; `report.rs` the findings
-//! and their `Display`, `snapshot.rs` the reading of the tables, `compare.rs` the comparison.
-
-mod compare;
-#[cfg(test)]
-mod fixtures;
-mod report;
-mod snapshot;
+//! The [`Reconciliation`] builder and its entry points: what to read, then
+//! [`snapshot`](Reconciliation::snapshot) (read) and [`run`](Reconciliation::run) (read and
+//! compare).
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
-pub use compare::compare;
-pub use report::{
-    BrokerFindings, Change, EventRef, InboxFindings, InboxRow, OrderViolation, OutboxRow, ReconciliationReport,
-};
-pub use snapshot::Snapshot;
-
+use super::compare::compare;
+use super::report::ReconciliationReport;
+use super::rows::EventRef;
+use super::snapshot::{self, Snapshot};
 use crate::Result;
 
 /// Compares the user's business changes with the outbox, the broker and a consumer's inbox.
 ///
 /// ```no_run
-/// # async fn demo(pool: sqlx::PgPool) -> Result<(), outbox_producer::Error> {
-/// use outbox_producer::reconcile::Reconciliation;
+/// # async fn demo(pool: sqlx::PgPool) -> Result<(), outbox_ops::Error> {
+/// use outbox_ops::reconcile::Reconciliation;
 ///
 /// let report = Reconciliation::new(&pool)
 ///     // every order went through versions 1..=version, each with the event of that sequence
@@ -116,6 +100,25 @@ impl Reconciliation {
     pub fn effects(mut self, sql: impl Into<String>) -> Self {
         self.effects = Some(sql.into());
         self
+    }
+
+    /// Reads everything without comparing.
+    ///
+    /// # Errors
+    /// As [`Self::run`].
+    pub async fn snapshot(&self) -> Result<Snapshot> {
+        let changes = snapshot::read_changes(&self.pool, &self.entity_versions, &self.event_ids, self.since).await?;
+        let mut snapshot = Snapshot { changes, since: self.since.is_some(), ..Snapshot::default() };
+        snapshot.outbox = snapshot::read_outbox(&self.pool, self.since).await?;
+        snapshot.counters = snapshot::read_counters(&self.pool).await?;
+        snapshot.deliveries.clone_from(&self.deliveries);
+        if let Some((pool, consumer)) = &self.inbox {
+            snapshot.inbox = Some((consumer.clone(), snapshot::read_inbox(pool, consumer).await?));
+            if let Some(sql) = &self.effects {
+                snapshot.effects = Some(snapshot::read_effects(pool, sql).await?);
+            }
+        }
+        Ok(snapshot)
     }
 
     /// Reads everything and compares.

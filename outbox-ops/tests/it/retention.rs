@@ -1,10 +1,12 @@
 //! Retention against the real PostgreSQL: only old published (and, if asked, skipped) rows go, in
-//! bounded batches; every other state stays; sequence numbers are never reused.
+//! bounded batches; every other state stays; sequence numbers are never reused; expired
+//! idempotency keys are forgotten.
 
 use std::time::Duration;
 
 use outbox_core::NewEvent;
-use outbox_producer::{Outbox, Retention};
+use outbox_ops::Retention;
+use outbox_producer::Outbox;
 use outbox_testkit::TestDb;
 use sqlx::PgPool;
 
@@ -118,7 +120,7 @@ async fn scrubs_only_old_published_payloads_and_keeps_their_rows() {
         assert_eq!((empty, scrubbed), (expected, expected), "{entity} {seq}");
     }
     let too_late = Retention::builder(day).scrub_payload_after(day).build();
-    assert!(matches!(too_late, Err(outbox_producer::Error::InvalidConfig(_))), "scrubbing at the deletion age");
+    assert!(matches!(too_late, Err(outbox_ops::Error::InvalidConfig(_))), "scrubbing at the deletion age");
 
     // The deletion age still deletes the scrubbed rows.
     set(pool, "scrub-me", "published", "8 days").await;
@@ -170,5 +172,32 @@ async fn a_scrub_waits_for_a_held_row_and_leaves_none_behind() {
         .await
         .expect("count");
     assert_eq!(left, 0, "no row left unscrubbed behind the mark");
+    db.close().await.expect("cleanup");
+}
+
+/// Expired idempotency keys are deleted; a key still within its window is kept.
+#[tokio::test]
+async fn retention_forgets_expired_idempotency_keys_and_keeps_live_ones() {
+    let db = TestDb::new().await.expect("db");
+    let pool = db.pool();
+    let keyed = |key: &str| NewEvent::json("order.placed", &1).expect("json").idempotency_key(key);
+    let short = Outbox::builder().idempotency_window(Duration::from_secs(2)).build();
+    let mut tx = pool.begin().await.expect("begin");
+    short.enqueue(&mut *tx, keyed("w-1")).await.expect("a key of 2 seconds");
+    Outbox::new().enqueue(&mut *tx, keyed("w-live")).await.expect("a key of 24 hours");
+    tx.commit().await.expect("commit");
+    outbox_testkit::wait_for("the window to pass", Duration::from_secs(30), || async {
+        let expired: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_idempotency_keys WHERE expires_at <= now()")
+            .fetch_one(pool)
+            .await
+            .ok()?;
+        (expired == 1).then_some(())
+    })
+    .await
+    .expect("expired");
+    Retention::builder(Duration::from_secs(3600)).build().expect("retention").run(pool).await.expect("run");
+    let kept: Vec<String> =
+        sqlx::query_scalar("SELECT idempotency_key FROM outbox_idempotency_keys").fetch_all(pool).await.expect("keys");
+    assert_eq!(kept, vec!["w-live".to_owned()], "the expired key deleted, the live one kept");
     db.close().await.expect("cleanup");
 }

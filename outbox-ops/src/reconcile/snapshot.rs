@@ -1,14 +1,13 @@
 //! Reading what the reconciliation compares: the business queries, the outbox and its entity
-//! counters, the recorder's deliveries, and a consumer's inbox and effects.
+//! counters, and a consumer's inbox and effects, into a [`Snapshot`].
 
 use std::collections::HashMap;
 
+use chrono::{DateTime, Utc};
 use sqlx::{PgPool, Row};
 use uuid::Uuid;
 
-use chrono::{DateTime, Utc};
-
-use super::{Change, EventRef, InboxRow, OutboxRow, Reconciliation};
+use super::rows::{Change, EventRef, InboxRow, OutboxRow};
 use crate::{Error, Result};
 
 /// What [`compare`](super::compare) compares: everything read, nothing computed yet.
@@ -26,51 +25,37 @@ pub struct Snapshot {
     pub inbox: Option<(String, Vec<InboxRow>)>,
     /// The event id of every effect row, if an effects query was given.
     pub effects: Option<Vec<Uuid>>,
-    /// Whether only changes and events since a time were read (see [`Reconciliation::since`]).
+    /// Whether only changes and events since a time were read (see
+    /// [`Reconciliation::since`](super::Reconciliation::since)).
     pub since: bool,
 }
 
-impl Reconciliation {
-    /// Reads everything without comparing.
-    ///
-    /// # Errors
-    /// As [`Self::run`].
-    pub async fn snapshot(&self) -> Result<Snapshot> {
-        let mut snapshot =
-            Snapshot { changes: self.read_changes().await?, since: self.since.is_some(), ..Snapshot::default() };
-        snapshot.outbox = read_outbox(&self.pool, self.since).await?;
-        snapshot.counters = read_counters(&self.pool).await?;
-        snapshot.deliveries.clone_from(&self.deliveries);
-        if let Some((pool, consumer)) = &self.inbox {
-            snapshot.inbox = Some((consumer.clone(), read_inbox(pool, consumer).await?));
-            if let Some(sql) = &self.effects {
-                snapshot.effects = Some(read_effects(pool, sql).await?);
-            }
+/// The business changes: the entity versions queries, then the event ids queries (`since` as `$1`
+/// when given).
+pub(super) async fn read_changes(
+    pool: &PgPool,
+    entity_versions: &[String],
+    event_ids: &[String],
+    since: Option<DateTime<Utc>>,
+) -> Result<Vec<Change>> {
+    let mut changes = Vec::new();
+    for sql in entity_versions {
+        for row in fetch(pool, sql, since).await? {
+            let key: String = row.try_get(0).map_err(|e| invalid("entity_versions", &e))?;
+            let version = int(&row, 1).map_err(|e| invalid("entity_versions", &e))?;
+            changes.push(Change::Entity { key, version });
         }
-        Ok(snapshot)
     }
-
-    /// The business changes: the entity versions queries, then the event ids queries.
-    async fn read_changes(&self) -> Result<Vec<Change>> {
-        let mut changes = Vec::new();
-        for sql in &self.entity_versions {
-            for row in fetch(&self.pool, sql, self.since).await? {
-                let key: String = row.try_get(0).map_err(|e| invalid("entity_versions", &e))?;
-                let version = int(&row, 1).map_err(|e| invalid("entity_versions", &e))?;
-                changes.push(Change::Entity { key, version });
-            }
+    for sql in event_ids {
+        for row in fetch(pool, sql, since).await? {
+            changes.push(Change::Event(row.try_get(0).map_err(|e| invalid("event_ids", &e))?));
         }
-        for sql in &self.event_ids {
-            for row in fetch(&self.pool, sql, self.since).await? {
-                changes.push(Change::Event(row.try_get(0).map_err(|e| invalid("event_ids", &e))?));
-            }
-        }
-        Ok(changes)
     }
+    Ok(changes)
 }
 
 /// Every outbox row (created since `since`, if given), without its payload.
-async fn read_outbox(pool: &PgPool, since: Option<DateTime<Utc>>) -> Result<Vec<OutboxRow>> {
+pub(super) async fn read_outbox(pool: &PgPool, since: Option<DateTime<Utc>>) -> Result<Vec<OutboxRow>> {
     type Outbox = (Uuid, Option<String>, Option<i64>, String, i32, Option<String>);
     let rows: Vec<Outbox> = sqlx::query_as(
         "SELECT id, entity_key, seq, status, attempts, last_error_kind FROM outbox_events
@@ -91,14 +76,14 @@ async fn read_outbox(pool: &PgPool, since: Option<DateTime<Utc>>) -> Result<Vec<
 }
 
 /// The last sequence committed per entity.
-async fn read_counters(pool: &PgPool) -> Result<HashMap<String, i64>> {
+pub(super) async fn read_counters(pool: &PgPool) -> Result<HashMap<String, i64>> {
     let counters: Vec<(String, i64)> =
         sqlx::query_as("SELECT entity_key, last_seq FROM outbox_entity_sequences").fetch_all(pool).await?;
     Ok(counters.into_iter().collect())
 }
 
 /// The inbox rows of `consumer`.
-async fn read_inbox(pool: &PgPool, consumer: &str) -> Result<Vec<InboxRow>> {
+pub(super) async fn read_inbox(pool: &PgPool, consumer: &str) -> Result<Vec<InboxRow>> {
     type Inbox = (Uuid, Option<String>, Option<i64>, String);
     let rows: Vec<Inbox> =
         sqlx::query_as("SELECT event_id, entity_key, seq, status FROM inbox_events WHERE consumer = $1")
@@ -112,7 +97,7 @@ async fn read_inbox(pool: &PgPool, consumer: &str) -> Result<Vec<InboxRow>> {
 }
 
 /// The event id of every row of the effects query.
-async fn read_effects(pool: &PgPool, sql: &str) -> Result<Vec<Uuid>> {
+pub(super) async fn read_effects(pool: &PgPool, sql: &str) -> Result<Vec<Uuid>> {
     fetch(pool, sql, None)
         .await?
         .iter()

@@ -76,9 +76,9 @@ WHERE k.event_type = doomed.event_type AND k.idempotency_key = doomed.idempotenc
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use outbox_producer::Retention;
+/// use outbox_ops::Retention;
 ///
-/// # async fn demo(pool: sqlx::PgPool) -> Result<(), outbox_producer::Error> {
+/// # async fn demo(pool: sqlx::PgPool) -> Result<(), outbox_ops::Error> {
 /// let retention = Retention::builder(Duration::from_secs(7 * 24 * 3600)) // published a week ago
 ///     .batch_size(5_000)
 ///     .include_skipped(true)

@@ -7,9 +7,9 @@
 //! events flow. Both wake the relays.
 //!
 //! ```no_run
-//! use outbox_producer::admin;
+//! use outbox_ops::admin;
 //!
-//! # async fn demo(pool: sqlx::PgPool) -> Result<(), outbox_producer::Error> {
+//! # async fn demo(pool: sqlx::PgPool) -> Result<(), outbox_ops::Error> {
 //! for q in admin::list_quarantined(&pool, 100).await? {
 //!     println!("{} {} {:?} {:?}", q.id, q.event_type, q.last_error_kind, q.last_error);
 //!     admin::retry(&pool, q.id).await?;
