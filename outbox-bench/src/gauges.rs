@@ -1,5 +1,5 @@
 //! `outbox-bench gauges`: what the backlog query behind the relays' gauges and `outbox status`
-//! ([`outbox_producer::admin::backlog`]) costs on a big table, in the two shapes that matter: a
+//! ([`outbox_ops::admin::backlog`]) costs on a big table, in the two shapes that matter: a
 //! large backlog (1,000,000 pending rows over 1,000 entities) and a long history (10,000,000
 //! published rows and 1,000 pending). Target: at most 50 ms each.
 //!
@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use outbox_producer::admin;
+use outbox_ops::admin;
 use outbox_testkit::TestDb;
 
 use crate::BoxError;

@@ -137,7 +137,7 @@ async fn cut_off(
 ) -> Result<Drained, BoxError> {
     let elapsed = start.elapsed();
     let state = async {
-        let published = outbox_producer::admin::stats(pool).await?.published;
+        let published = outbox_ops::admin::stats(pool).await?.published;
         let pending: (i64, i64, i64, i64, i64) = sqlx::query_as(PENDING_STATE).fetch_one(pool).await?;
         Ok::<_, BoxError>((published, pending))
     };
@@ -270,7 +270,7 @@ pub(super) async fn drain_filled(
     target: Target<'_>,
     backlog: Backlog,
     filled: Duration,
-    retention: Option<outbox_producer::Retention>,
+    retention: Option<outbox_ops::Retention>,
 ) -> Result<f64, BoxError> {
     target.purge().await?;
     let arrivals = Arrivals::start(target, backlog.events, false).await?;

@@ -47,7 +47,7 @@ impl InProcess {
         db: &TestDb,
         target: Target<'_>,
         gauge_interval_ms: Option<u64>,
-        retention: Option<outbox_producer::Retention>,
+        retention: Option<outbox_ops::Retention>,
     ) -> Result<Self, BoxError> {
         let pool =
             PgPoolOptions::new().max_connections(RELAY_CONNECTIONS).connect_with(db.connect_options().clone()).await?;

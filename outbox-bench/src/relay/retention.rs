@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use outbox_producer::Retention;
+use outbox_ops::Retention;
 use outbox_testkit::TestDb;
 
 use super::drain::drain_filled;
