@@ -11,7 +11,7 @@ use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use outbox_core::wire::{self, WireMessage};
 use tokio::time::Instant;
 
-use crate::BoxError;
+use crate::error::BoxError;
 use crate::producer::event;
 use crate::wait::{FLOOR, allow_for, within_seeing};
 

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use sqlx::PgPool;
 
-use crate::BoxError;
+use crate::error::BoxError;
 use crate::figure::{Value, figure};
 use crate::wait::{FLOOR, within};
 

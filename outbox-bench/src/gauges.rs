@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 use outbox_ops::admin;
 use outbox_testkit::TestDb;
 
-use crate::BoxError;
+use crate::db::with_db;
+use crate::error::BoxError;
 use crate::figure::{Value, comment, figure};
-use crate::relay::with_db;
 use crate::wait::{FLOOR, allow_for, within};
 
 /// Entities the rows are spread over.

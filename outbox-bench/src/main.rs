@@ -43,6 +43,8 @@ mod amqp;
 mod consumer;
 mod counters;
 mod cpu;
+mod db;
+mod error;
 mod figure;
 mod gauges;
 mod machine;
@@ -52,13 +54,9 @@ mod relay;
 mod sealed;
 mod wait;
 
-use std::error::Error;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-
-/// The error type of the benchmarks: anything, as long as it can cross tasks.
-type BoxError = Box<dyn Error + Send + Sync>;
 
 #[derive(Debug, Parser)]
 #[command(name = "outbox-bench", about = "Benchmarks of the transactional outbox")]

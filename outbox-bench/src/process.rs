@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
-use crate::BoxError;
+use crate::error::BoxError;
 use crate::wait::{secs, within};
 
 /// Environment variables that carry the URLs to a child.

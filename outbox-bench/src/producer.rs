@@ -35,9 +35,9 @@ use sqlx::{Connection, PgConnection, PgPool};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::BoxError;
+use crate::db::with_db;
+use crate::error::BoxError;
 use crate::figure::{Value, comment, figure};
-use crate::relay::with_db;
 use crate::wait::{FLOOR, allow, join_tasks, secs, within};
 
 /// Concurrent clients, each with a connection of its own.

@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::BoxError;
+use crate::error::BoxError;
 
 /// The least time any wait is given: a busy shared host can stall any step for seconds.
 pub(crate) const FLOOR: Duration = Duration::from_secs(30);

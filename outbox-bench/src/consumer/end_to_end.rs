@@ -14,13 +14,16 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::inbox::await_handled;
+use super::plan::Plan;
+use super::settings::CONSUMER;
 use super::shipments::CREATE_SHIPMENTS;
+use super::target::Target;
 use super::verify::{check_stats, verify};
-use super::{CONSUMER, Plan, Target};
-use crate::BoxError;
+use crate::db::with_db;
+use crate::error::BoxError;
 use crate::figure::comment;
 use crate::process::Subprocess;
-use crate::relay::{ANY_PENDING, enqueue_spread, with_db};
+use crate::relay::{ANY_PENDING, enqueue_spread};
 use crate::wait::{FLOOR, Progress, until_then, within};
 
 /// Events per producer transaction: a steady stream rather than a backlog.

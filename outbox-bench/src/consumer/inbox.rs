@@ -8,11 +8,14 @@ use outbox_core::wire::WireMessage;
 use outbox_testkit::TestDb;
 use tokio::time::Instant;
 
+use super::fill::fill;
+use super::plan::Plan;
+use super::settings::{APPLICATION_NAME, CONSUMER};
 use super::stats::{CONSUMING, STATS, format_stats, handled, parse_stats};
+use super::target::{REPLAY_KEY, Target};
 use super::verify::{check_stats, verify};
-use super::{APPLICATION_NAME, CONSUMER, Plan, REPLAY_KEY, Target, fill};
-use crate::BoxError;
 use crate::cpu::{Meter, Spent};
+use crate::error::BoxError;
 use crate::figure::comment;
 use crate::process::Subprocess;
 use crate::wait::{Progress, until};

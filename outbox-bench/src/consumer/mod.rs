@@ -40,85 +40,42 @@
 //! 6. `end to end`: producers, a relay process and a consumer process together on a fresh
 //!    database, from the first commit to the last effect (`end_to_end`).
 //!
-//! This file holds the command: its plan, the topology, the fills and the figures. The rest, one
-//! concern per file: the raw consumer (`raw`), the inbox phases driven from here (`inbox`), the
-//! checks of counts and effects (`verify`), the counts the consumer process reports (`stats`), the
-//! business table and its handler (`shipments`), the end-to-end phase (`end_to_end`) and the
-//! consumer process, the hidden command `consumer-process` (`process`).
+//! This file holds the command: the topology, the order of the phases and the figures. The rest,
+//! one concern per file: the sizes of a run (`plan`), the consumer's settings (`settings`), where
+//! the benchmark publishes and consumes (`target`), the fills (`fill`), the raw consumer (`raw`),
+//! the inbox phases driven from here (`inbox`), the checks of counts and effects (`verify`), the
+//! counts the consumer process reports (`stats`), the business table and its handler
+//! (`shipments`), the end-to-end phase (`end_to_end`) and the consumer process, the hidden command
+//! `consumer-process` (`process`).
 
 mod end_to_end;
+mod fill;
 mod inbox;
+mod plan;
 mod process;
 mod raw;
+mod settings;
 mod shipments;
 mod stats;
+mod target;
 mod verify;
 
-use std::time::Duration;
-
-use outbox_consumer::InboxRunnerBuilder;
-use outbox_core::wire::WireMessage;
 use outbox_testkit::{TestBroker, TestDb};
 
+use self::fill::{fill, messages};
 use self::inbox::inbox;
+pub(crate) use self::plan::Plan;
 pub(crate) use self::process::{ProcessArgs, process};
+use self::settings::{BATCH, CONCURRENCY, POOL, PREFETCH};
 use self::shipments::CREATE_SHIPMENTS;
-use crate::BoxError;
-use crate::amqp::{PUBLISH_WINDOW, publish_confirmed, wire_message};
+use self::target::{REPLAY_KEY, Target};
+use crate::amqp::PUBLISH_WINDOW;
+use crate::db::with_db;
+use crate::error::BoxError;
 use crate::figure::{Value, comment, figure};
 use crate::machine;
 use crate::producer::{EVENT_TYPE, event};
-use crate::relay::with_db;
 use crate::wait::{FLOOR, in_phase, within};
-
-/// Unacknowledged deliveries the broker sends ahead: the runner's default, used by both consumers.
-const PREFETCH: u16 = InboxRunnerBuilder::<()>::DEFAULT_PREFETCH;
-/// Transactions the runner has open at once: its default.
-const CONCURRENCY: usize = InboxRunnerBuilder::<()>::DEFAULT_CONCURRENCY;
-/// Deliveries per transaction at most: the runner's default.
-const BATCH: usize = InboxRunnerBuilder::<()>::DEFAULT_BATCH_SIZE;
-/// Connections of the consumer process's pool: one per transaction, and room for the sweeper.
-const POOL: u32 = 16;
-/// The inbox's consumer name.
-const CONSUMER: &str = "bench-shipping";
-/// `application_name` of the consumer process's database connections, to find its backends.
-const APPLICATION_NAME: &str = "outbox-bench-consumer";
-/// Routing key of the duplicates, bound to the second queue only.
-const REPLAY_KEY: &str = "order.replayed";
-
-/// Sizes of one benchmark run.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Plan {
-    /// Events of each fill.
-    events: u64,
-    /// Entities they are spread over.
-    entities: u64,
-    /// Applied events published again.
-    duplicates: u64,
-    /// How long a phase may take before the benchmark fails.
-    limit: Duration,
-}
-
-impl Plan {
-    /// Full: 100,000 events over 1,000 entities, 10,000 duplicates, each phase within 5 minutes.
-    /// Quick: 5,000 events over 100 entities, 500 duplicates, each phase within a minute.
-    pub(crate) fn new(quick: bool) -> Self {
-        if quick {
-            Self { events: 5_000, entities: 100, duplicates: 500, limit: Duration::from_secs(60) }
-        } else {
-            Self { events: 100_000, entities: 1_000, duplicates: 10_000, limit: Duration::from_secs(300) }
-        }
-    }
-}
-
-/// Where the benchmark publishes and consumes.
-#[derive(Debug, Clone, Copy)]
-struct Target<'a> {
-    url: &'a str,
-    exchange: &'a str,
-    queue: &'a str,
-    replay: &'a str,
-}
 
 /// Runs the consumer benchmark and prints its figures.
 pub(crate) async fn run(plan: Plan) -> Result<(), BoxError> {
@@ -204,24 +161,6 @@ fn describe(plan: Plan) -> Result<(), BoxError> {
          the defaults) + InboxLayer \
          in a child process with a pool of {POOL} connections, handler upserts `shipments` in the inbox's \
          transaction"
-    ));
-    Ok(())
-}
-
-/// The events of one fill, each with a fresh event id.
-fn messages(plan: Plan) -> Result<Vec<WireMessage>, BoxError> {
-    (0..plan.events).map(|i| wire_message(i, plan.entities)).collect()
-}
-
-/// Publishes `messages` with confirms to the benchmark exchange with `routing_key`, which routes
-/// them to one queue; `what` names the phase.
-async fn fill(target: Target<'_>, what: &str, routing_key: &str, messages: &[WireMessage]) -> Result<(), BoxError> {
-    let took = publish_confirmed(target.url, target.exchange, routing_key, messages.iter().cloned().map(Ok)).await?;
-    comment(format_args!(
-        "{what}: queue filled with {} messages in {:.2} s ({:.1} msgs/s)",
-        messages.len(),
-        took.as_secs_f64(),
-        messages.len() as f64 / took.as_secs_f64()
     ));
     Ok(())
 }

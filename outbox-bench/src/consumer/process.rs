@@ -5,10 +5,10 @@ use outbox_consumer::{InboxLayer, InboxRunner};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tower::Layer;
 
+use super::settings::{APPLICATION_NAME, POOL};
 use super::shipments::apply_shipment;
 use super::stats::{CONSUMING, STATS, format_stats, sum};
-use super::{APPLICATION_NAME, POOL};
-use crate::BoxError;
+use crate::error::BoxError;
 use crate::process::{READY, Urls, init_child_logging, stdin_lines};
 
 /// Arguments of the hidden `consumer-process` command. The URLs come from the environment, where

@@ -13,8 +13,11 @@ use outbox_core::wire::WireMessage;
 use outbox_testkit::TestBroker;
 use tokio::time::Instant;
 
-use super::{PREFETCH, Plan, Target, fill, messages};
-use crate::BoxError;
+use super::fill::{fill, messages};
+use super::plan::Plan;
+use super::settings::PREFETCH;
+use super::target::Target;
+use crate::error::BoxError;
 use crate::figure::comment;
 use crate::producer::EVENT_TYPE;
 use crate::wait::{FLOOR, within, within_seeing};

@@ -6,8 +6,9 @@ use std::collections::HashMap;
 use outbox_consumer::RunnerStats;
 use sqlx::PgPool;
 
-use super::{CONSUMER, Plan};
-use crate::BoxError;
+use super::plan::Plan;
+use super::settings::CONSUMER;
+use crate::error::BoxError;
 use crate::figure::comment;
 use crate::wait::{FLOOR, within};
 

@@ -13,8 +13,8 @@ use lapin::{Channel, Connection};
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::Target;
-use crate::BoxError;
+use super::target::Target;
+use crate::error::BoxError;
 use crate::wait::{FLOOR, within, within_seeing};
 
 /// What the consumer task shares with the benchmark.

@@ -1,10 +1,10 @@
 //! Phase 1, the broker's ceiling: raw confirmed publishing to the benchmark queue, what the broker
 //! takes on this machine, measured before and after each drain.
 
-use super::Target;
 use super::arrivals::Arrivals;
-use crate::BoxError;
+use super::target::Target;
 use crate::amqp::{PUBLISH_WINDOW, publish_confirmed, wire_message};
+use crate::error::BoxError;
 use crate::figure::comment;
 use crate::producer::EVENT_TYPE;
 

@@ -10,7 +10,7 @@ use sqlx::postgres::PgPoolOptions;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::BoxError;
+use crate::error::BoxError;
 use crate::figure::comment;
 use crate::producer::event;
 use crate::wait::{FLOOR, allow_for, join_tasks, secs, within};

@@ -12,9 +12,9 @@ use sqlx::postgres::PgPoolOptions;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use super::Target;
 use super::settings::{RELAY_CONNECTIONS, experiment};
-use crate::BoxError;
+use super::target::Target;
+use crate::error::BoxError;
 use crate::wait::{FLOOR, secs, within};
 
 /// How long a relay may take to shut down: its own deadline for the confirms in flight

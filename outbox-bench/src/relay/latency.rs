@@ -15,9 +15,10 @@ use uuid::Uuid;
 
 use super::arrivals::Arrivals;
 use super::in_process::InProcess;
-use super::{Plan, Target};
-use crate::BoxError;
+use super::plan::Plan;
+use super::target::Target;
 use crate::counters;
+use crate::error::BoxError;
 use crate::figure::comment;
 use crate::producer::event;
 use crate::wait::{FLOOR, Progress, allow, join_tasks, until};

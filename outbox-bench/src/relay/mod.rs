@@ -41,11 +41,13 @@
 //! drain that published nothing by then fails with the same account. Every other wait has a
 //! deadline too ([`crate::wait`]); an error names its phase (`quorum phase: waited ...`).
 //!
-//! This file holds the command: its plan, the order of the phases and the figures they print. The
-//! rest, one concern per file: the consumer attached in every phase (`arrivals`), the broker's
-//! ceiling (`ceiling`), filling a backlog (`fill`), draining it and reporting the drain (`drain`),
-//! the latency phase (`latency`), the relay's settings (`settings`), a relay in-process
-//! (`in_process`) and the relay process, the hidden command `relay-process` (`process`).
+//! This file holds the command: the order of the phases and the figures they print. The rest, one
+//! concern per file: the sizes and durations of a run (`plan`), where every phase publishes and
+//! consumes (`target`), the consumer attached in every phase (`arrivals`), the broker's ceiling
+//! (`ceiling`), filling a backlog (`fill`), draining it and reporting the drain (`drain`), the
+//! latency phase (`latency`), the retention phase (`retention`), the relay's settings
+//! (`settings`), a relay in-process (`in_process`) and the relay process, the hidden command
+//! `relay-process` (`process`).
 
 mod arrivals;
 mod ceiling;
@@ -53,108 +55,27 @@ mod drain;
 mod fill;
 mod in_process;
 mod latency;
+mod plan;
 mod process;
 mod retention;
 mod settings;
+mod target;
 
-use std::time::Duration;
-
-use lapin::Channel;
-use lapin::options::QueuePurgeOptions;
-use outbox_testkit::{TestBroker, TestDb};
+use outbox_testkit::TestBroker;
 
 use self::ceiling::ceiling;
 pub(crate) use self::drain::ANY_PENDING;
 use self::drain::{RelayChild, drain_in_child, drain_in_process};
 pub(crate) use self::fill::enqueue_spread;
 use self::latency::measure_latency;
+pub(crate) use self::plan::Plan;
 pub(crate) use self::process::{ProcessArgs, process};
-use crate::BoxError;
+use self::target::Target;
+use crate::db::with_db;
+use crate::error::BoxError;
 use crate::figure::{Value, comment, figure};
 use crate::producer::event;
 use crate::wait::{FLOOR, in_phase, within};
-
-/// A backlog to drain: its size, its entities, and how long the drain may take before it is cut
-/// off (far longer than a relay near its targets needs; a cut-off drain counts what it published).
-#[derive(Debug, Clone, Copy)]
-struct Backlog {
-    events: u64,
-    entities: u64,
-    limit: Duration,
-}
-
-/// Sizes and durations of one benchmark run.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Plan {
-    /// Messages of each raw-publishing round.
-    ceiling_messages: u64,
-    /// The backlog the relay process drains.
-    drain: Backlog,
-    /// How many times it is drained (the round with the median ratio is reported).
-    drain_rounds: u32,
-    /// Latency phase: warm-up (not measured), then the measured window.
-    latency_warmup: Duration,
-    latency_window: Duration,
-    /// The backlog-size comparison.
-    small: Backlog,
-    large: Backlog,
-}
-
-impl Plan {
-    /// Full: 100,000 raw messages per ceiling round, three drains of 100,000 events over 1,000
-    /// entities (each cut off after 90 s), 30 s of latency, 1,000,000 (180 s) against 10,000
-    /// events (30 s) over 1,000 entities. Quick: 10,000 raw messages, 10,000 events over 100 entities (15 s), 5 s of
-    /// latency, 100,000 (30 s) against 10,000 events (10 s).
-    pub(crate) fn new(quick: bool) -> Self {
-        let secs = Duration::from_secs;
-        if quick {
-            Self {
-                ceiling_messages: 10_000,
-                drain: Backlog { events: 10_000, entities: 100, limit: secs(15) },
-                drain_rounds: 1,
-                latency_warmup: Duration::from_millis(500),
-                latency_window: secs(5),
-                small: Backlog { events: 10_000, entities: 1_000, limit: secs(10) },
-                large: Backlog { events: 100_000, entities: 1_000, limit: secs(30) },
-            }
-        } else {
-            // For experiments only: `OUTBOX_BENCH_RELAY_DRAIN_ENTITIES` spreads the drained
-            // backlog over another number of entities (the figures are defined with 1,000).
-            let entities = std::env::var("OUTBOX_BENCH_RELAY_DRAIN_ENTITIES")
-                .ok()
-                .and_then(|v| v.parse::<u64>().ok())
-                .filter(|n| *n > 0)
-                .unwrap_or(1_000);
-            Self {
-                ceiling_messages: 100_000,
-                drain: Backlog { events: 100_000, entities, limit: secs(90) },
-                drain_rounds: 3,
-                latency_warmup: secs(1),
-                latency_window: secs(30),
-                small: Backlog { events: 10_000, entities: 1_000, limit: secs(30) },
-                large: Backlog { events: 1_000_000, entities: 1_000, limit: secs(180) },
-            }
-        }
-    }
-}
-
-/// Where every phase publishes and consumes.
-#[derive(Debug, Clone, Copy)]
-struct Target<'a> {
-    url: &'a str,
-    exchange: &'a str,
-    queue: &'a str,
-    /// The test broker's channel, for purging.
-    admin: &'a Channel,
-}
-
-impl Target<'_> {
-    async fn purge(&self) -> Result<(), BoxError> {
-        let purge = self.admin.queue_purge(self.queue.into(), QueuePurgeOptions::default());
-        within(format_args!("the purge of queue {}", self.queue), FLOOR, purge).await?;
-        Ok(())
-    }
-}
 
 /// Whether a phase runs: all by default; `OUTBOX_BENCH_RELAY_PHASES` (a comma-separated subset of
 /// `drain`, `latency`, `backlog`, `quorum`) narrows an experiment down.
@@ -373,15 +294,4 @@ async fn backlog_phase(target: Target<'_>, plan: Plan) -> Result<(), BoxError> {
     figure("relay_backlog_large_events_per_s", Value::Rate(large), "events/s");
     figure("relay_backlog_1m_ratio", Value::Ratio(large / small), "x");
     Ok(())
-}
-
-/// Runs `phase` in a fresh database and drops the database afterwards, also when the phase failed
-/// (if closing it times out, `TestDb`'s drop removes it).
-pub(crate) async fn with_db<T>(phase: impl AsyncFnOnce(&TestDb) -> Result<T, BoxError>) -> Result<T, BoxError> {
-    let db = within("a fresh database with the migrations", FLOOR, TestDb::new()).await?;
-    let outcome = phase(&db).await;
-    let closed = within("the benchmark database to close and be dropped", FLOOR, db.close()).await;
-    let value = outcome?;
-    closed?;
-    Ok(value)
 }

@@ -5,7 +5,7 @@ use outbox_relay::{AmqpPublisher, Relay};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use super::settings::{RELAY_CONNECTIONS, experiment};
-use crate::BoxError;
+use crate::error::BoxError;
 use crate::process::{READY, Urls, init_child_logging, stdin_lines};
 
 /// `application_name` of the relay process's database connections, to find its backends.

@@ -9,8 +9,10 @@ use outbox_testkit::TestDb;
 
 use super::drain::drain_filled;
 use super::fill::fill;
-use super::{Plan, Target, with_db};
-use crate::BoxError;
+use super::plan::Plan;
+use super::target::Target;
+use crate::db::with_db;
+use crate::error::BoxError;
 use crate::figure::{Value, comment, figure};
 use crate::wait::{FLOOR, allow_for, within};
 
