@@ -107,7 +107,7 @@ async fn lose_node(
     sql: &'static str,
     at_least: i64,
 ) -> (Duration, Duration) {
-    wait_for("the drain under way", DEADLINE, || async { (count(pool, sql).await >= at_least).then_some(()) })
+    wait_for("the drain under way", DEADLINE, || async { outbox_testkit::at_least(count(pool, sql).await, at_least) })
         .await
         .expect("under way");
     let stopped = Instant::now();
@@ -122,7 +122,7 @@ async fn lose_node(
     .expect("went on");
     let first = stopped.elapsed();
     wait_for("1,000 more through another node", DEADLINE, || async {
-        (count(pool, sql).await >= at_stop + 1_000).then_some(())
+        outbox_testkit::at_least(count(pool, sql).await, at_stop + 1_000)
     })
     .await
     .expect("went on");
@@ -196,16 +196,20 @@ async fn a_node_lost_under_the_relay_then_under_the_runner_loses_no_event_and_ap
     connected(&cluster, 0, RELAY).await;
     connected(&cluster, 2, RUNNER).await;
     let (relay_first, relay_resumed) = lose_node(&cluster, 0, pool, PUBLISHED, 10_000).await;
-    wait_for("the first backlog applied", DEADLINE, || async { (count(pool, APPLIED).await >= BACKLOG).then_some(()) })
-        .await
-        .expect("applied");
+    wait_for("the first backlog applied", DEADLINE, || async {
+        outbox_testkit::at_least(count(pool, APPLIED).await, BACKLOG)
+    })
+    .await
+    .expect("applied");
     connected(&cluster, 1, RELAY).await;
 
     enqueue_backlog(pool).await;
     let (runner_first, runner_resumed) = lose_node(&cluster, 2, pool, APPLIED, BACKLOG + 10_000).await;
-    wait_for("both backlogs applied", DEADLINE, || async { (count(pool, APPLIED).await >= 2 * BACKLOG).then_some(()) })
-        .await
-        .expect("applied");
+    wait_for("both backlogs applied", DEADLINE, || async {
+        outbox_testkit::at_least(count(pool, APPLIED).await, 2 * BACKLOG)
+    })
+    .await
+    .expect("applied");
     connected(&cluster, 0, RUNNER).await;
     connected(&cluster, 1, RELAY).await;
     let stats = runner.stats();

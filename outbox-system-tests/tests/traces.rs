@@ -95,9 +95,11 @@ async fn one_trace_runs_from_the_request_to_the_consumers_effect() {
     let stored = stored_traceparent(h.pool(), id).await;
 
     let runner = h.consumer_handle().expect("consumer");
-    wait_for("the event applied", Duration::from_secs(30), || async { (runner.stats().applied >= 1).then_some(()) })
-        .await
-        .expect("applied");
+    wait_for("the event applied", Duration::from_secs(30), || async {
+        outbox_testkit::at_least(runner.stats().applied, 1)
+    })
+    .await
+    .expect("applied");
     h.close().await.expect("cleanup");
 
     let spans = finished(request.trace_id());

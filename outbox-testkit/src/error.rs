@@ -44,12 +44,14 @@ pub enum Error {
         reason: String,
     },
     /// A condition was not met before its deadline.
-    #[error("timed out after {after:?} waiting for {what}")]
+    #[error("timed out after {after:?} waiting for {what}; saw {seen}")]
     Timeout {
         /// What was awaited.
         what: String,
         /// The deadline.
         after: std::time::Duration,
+        /// What the check saw last.
+        seen: String,
     },
 }
 

@@ -69,7 +69,7 @@ pub use reconcile::{
 };
 pub use recorder::{Record, Recorder};
 pub use suffix::unique_suffix;
-pub use wait::wait_for;
+pub use wait::{Check, at_least, equal, wait_for};
 
 /// The guides under `docs/`, compiled as doc tests so that their code cannot rot.
 #[cfg(doctest)]

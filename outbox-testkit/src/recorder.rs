@@ -112,12 +112,7 @@ impl Recorder {
     /// # Errors
     /// [`crate::Error::Timeout`] with the count reached.
     pub async fn wait_for_count(&self, n: usize, deadline: Duration) -> Result<()> {
-        crate::wait_for(&format!("{n} deliveries"), deadline, || async { (self.count() >= n).then_some(()) })
-            .await
-            .map_err(|_| crate::Error::Timeout {
-                what: format!("{n} deliveries (got {})", self.count()),
-                after: deadline,
-            })
+        crate::wait_for("deliveries at the recorder", deadline, || async { crate::at_least(self.count(), n) }).await
     }
 
     /// The distinct event ids that arrived.

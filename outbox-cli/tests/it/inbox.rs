@@ -65,7 +65,7 @@ async fn applied(pool: &PgPool, entity: &str) -> Vec<i64> {
 
 async fn wait_applied(pool: &PgPool, entity: &str, expected: &[i64]) {
     wait_for(&format!("{entity}'s effects {expected:?}"), WAIT, || async {
-        (applied(pool, entity).await == expected).then_some(())
+        outbox_testkit::equal(applied(pool, entity).await, expected)
     })
     .await
     .expect("applied by the consumer's sweep");

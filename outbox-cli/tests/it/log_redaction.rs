@@ -43,7 +43,7 @@ async fn trace_logging_shows_no_payload_and_no_password() {
             .await
             .ok()
             .flatten();
-        (status.as_deref() == Some("quarantined")).then_some(())
+        outbox_testkit::equal(status.as_deref(), Some("quarantined"))
     })
     .await;
     relay.signal("-TERM");

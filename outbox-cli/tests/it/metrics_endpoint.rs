@@ -118,8 +118,8 @@ async fn readiness_follows_a_broker_outage() {
     h.recorder().wait_for_count(EVENTS, Duration::from_secs(60)).await.expect("published after the outage");
     wait_status(port, "/readyz", 200, Duration::from_secs(60)).await;
     wait_for("the backlog gauges to drop to zero", Duration::from_secs(30), || async {
-        let (_, page) = http_get(port, "/metrics").await?;
-        (sample(&page, "outbox_events_waiting") == Some(0.0)).then_some(())
+        let (_, page) = http_get(port, "/metrics").await.ok_or("no answer from /metrics")?;
+        outbox_testkit::equal(sample(&page, "outbox_events_waiting"), Some(0.0))
     })
     .await
     .expect("nothing waiting");

@@ -88,7 +88,7 @@ async fn drain_rest(db: &TestDb, exchange: &str, recorder: &Recorder, ids: &[uui
         panic!("{e}: rows by state {rows:?}; {} missing, e.g. {states:?}", missing.len());
     }
     wait_for("every row published", Duration::from_secs(20), || async {
-        (published(db.pool()).await == ids.len() as i64).then_some(())
+        outbox_testkit::equal(published(db.pool()).await, ids.len() as i64)
     })
     .await
     .expect("all marked");
@@ -113,7 +113,7 @@ async fn run_sigterm_during_a_busy_drain_exits_in_time_and_nothing_confirmed_is_
     let ids = fill(db.pool(), load).await;
     let mut child = spawn_relay(&db, &exchange, &["--shutdown-deadline-secs", "5"]);
     wait_for("the drain to be under way", Duration::from_secs(60), || async {
-        (published(db.pool()).await >= load.events() as i64 / 5).then_some(())
+        outbox_testkit::at_least(published(db.pool()).await, load.events() as i64 / 5)
     })
     .await
     .expect("busy");
@@ -168,7 +168,7 @@ async fn run_sigkill_mid_drain_loses_nothing(load: Load) {
     let ids = fill(db.pool(), load).await;
     let mut child = spawn_relay(&db, &exchange, &["--lease-secs", "5", "--confirm-timeout-secs", "4"]);
     wait_for("the drain to be under way", Duration::from_secs(60), || async {
-        (published(db.pool()).await >= load.events() as i64 / 5).then_some(())
+        outbox_testkit::at_least(published(db.pool()).await, load.events() as i64 / 5)
     })
     .await
     .expect("busy");
@@ -212,7 +212,7 @@ async fn run_three_relay_processes_drain_a_backlog_over_many_entities(load: Load
     })
     .await;
     let published_all = wait_for("every row published", Duration::from_secs(30), || async {
-        (published(db.pool()).await == ids.len() as i64).then_some(())
+        outbox_testkit::equal(published(db.pool()).await, ids.len() as i64)
     })
     .await;
     for child in &children {
@@ -267,7 +267,7 @@ async fn a_relay_given_a_node_that_is_down_publishes_through_the_next() {
         fill(db.pool(), Load { entities: 20, per_entity: 10 }).await;
         let all: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_events").fetch_one(db.pool()).await.expect("n");
         wait_for("every event published", Duration::from_secs(60), || async {
-            (published(db.pool()).await == all).then_some(())
+            outbox_testkit::equal(published(db.pool()).await, all)
         })
         .await
         .expect("published through the second node");
@@ -276,7 +276,7 @@ async fn a_relay_given_a_node_that_is_down_publishes_through_the_next() {
     }
     let all = sqlx::query_scalar::<_, i64>("SELECT count(*) FROM outbox_events").fetch_one(db.pool()).await.expect("n");
     wait_for("every event recorded", Duration::from_secs(60), || async {
-        (recorder.count() as i64 >= all).then_some(())
+        outbox_testkit::at_least(recorder.count() as i64, all)
     })
     .await
     .unwrap_or_else(|_| panic!("{} of {all} events reached the queue", recorder.count()));

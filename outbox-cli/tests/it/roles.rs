@@ -215,7 +215,7 @@ async fn each_role_does_its_part_and_nothing_else() {
         .expect("runner")
         .spawn();
     wait_for("every order shipped by the consumer role", WAIT, || async {
-        (count(h.pool(), "SELECT count(*) FROM shipments").await == 2 * EVENTS as i64).then_some(())
+        outbox_testkit::equal(count(h.pool(), "SELECT count(*) FROM shipments").await, 2 * EVENTS as i64)
     })
     .await
     .expect("shipments");

@@ -56,7 +56,7 @@ impl Running {
     pub async fn wait_for_lines(&self, what: &str, n: usize, deadline: Duration, matches: impl Fn(&str) -> bool) {
         let found = wait_for(what, deadline, || {
             let count = self.lines().iter().filter(|l| matches(l)).count();
-            async move { (count >= n).then_some(()) }
+            async move { outbox_testkit::at_least(count, n) }
         })
         .await;
         if let Err(e) = found {

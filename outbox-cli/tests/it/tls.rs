@@ -443,9 +443,11 @@ async fn the_relay_publishes_over_amqps_trusting_the_ca_in_ssl_cert_file() {
 
     // The CA that signed the node's certificate: every event published and in the queue.
     let running = Running::spawn(relay_over_tls(&db, &rabbit, "ca.pem"));
-    wait_for("the events published over TLS", WAIT, || async { (published(&db).await == EVENTS as i64).then_some(()) })
-        .await
-        .unwrap_or_else(|e| panic!("{e}; the relay's log:\n{}", running.lines().join("\n")));
+    wait_for("the events published over TLS", WAIT, || async {
+        outbox_testkit::equal(published(&db).await, EVENTS as i64)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}; the relay's log:\n{}", running.lines().join("\n")));
     let passive = QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() };
     let queue = channel.queue_declare("recorded".into(), passive, FieldTable::default()).await.expect("queue");
     assert_eq!(queue.message_count() as usize, EVENTS, "every event in the bound queue");

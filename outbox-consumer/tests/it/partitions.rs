@@ -147,7 +147,7 @@ async fn end_to_end(writes: Writes) {
         w.await.expect("writer");
     }
     wait_for("every event applied", Duration::from_secs(180), || async {
-        (count(pool, "SELECT count(*) FROM applied").await >= writes.events() as i64).then_some(())
+        outbox_testkit::at_least(count(pool, "SELECT count(*) FROM applied").await, writes.events() as i64)
     })
     .await
     .expect("all applied");
@@ -214,7 +214,7 @@ async fn quorum_partitions_apply_every_event_once_in_order() {
     let relay = relay(pool, &exchange);
     let consumers: Vec<_> = (0..2).map(|_| runner(pool, &topology)).collect();
     wait_for("every event applied", Duration::from_secs(120), || async {
-        (count(pool, "SELECT count(*) FROM applied").await >= 2_000).then_some(())
+        outbox_testkit::at_least(count(pool, "SELECT count(*) FROM applied").await, 2_000)
     })
     .await
     .expect("all applied");

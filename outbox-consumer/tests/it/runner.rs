@@ -90,7 +90,7 @@ async fn the_same_event_published_three_times_changes_the_table_once() {
     let marker = event("order-2", 1);
     env.publish(&[marker]).await;
     wait_for("the marker applied", Duration::from_secs(10), || async {
-        (effects(env.pool(), "order-2").await.len() == 1).then_some(())
+        outbox_testkit::equal(effects(env.pool(), "order-2").await.len(), 1)
     })
     .await
     .expect("applied");
@@ -116,14 +116,14 @@ async fn deliveries_3_1_2_are_applied_in_order_without_another_delivery() {
         let parked: i64 = sqlx::query_scalar("SELECT count(*) FROM inbox_events WHERE status = 'parked'")
             .fetch_one(env.pool())
             .await
-            .ok()?;
-        (parked == 1).then_some(())
+            .map_err(|e| e.to_string())?;
+        outbox_testkit::equal(parked, 1)
     })
     .await
     .expect("parked");
     env.publish(&[e1, e2]).await;
     wait_for("three effects", Duration::from_secs(10), || async {
-        (effects(env.pool(), "o").await.len() == 3).then_some(())
+        outbox_testkit::equal(effects(env.pool(), "o").await.len(), 3)
     })
     .await
     .expect("applied");
@@ -152,7 +152,7 @@ async fn crash_between_commit_and_ack_leaves_one_effect() {
 
     let handle = env.runner(service(env.pool())).build().expect("runner").spawn();
     wait_for("the redelivery to be dropped as a duplicate", Duration::from_secs(15), || async {
-        (handle.stats().duplicates == 1).then_some(())
+        outbox_testkit::equal(handle.stats().duplicates, 1)
     })
     .await
     .expect("redelivered");
@@ -182,7 +182,7 @@ async fn transient_failures_are_retried_with_backoff_then_applied_once() {
     let handle = env.runner(svc).build().expect("runner").spawn();
     env.publish(&[event("f", 1)]).await;
     wait_for("applied", Duration::from_secs(15), || async {
-        (effects(env.pool(), "f").await.len() == 1).then_some(())
+        outbox_testkit::equal(effects(env.pool(), "f").await.len(), 1)
     })
     .await
     .expect("applied");
@@ -213,7 +213,7 @@ async fn a_panicking_handler_does_not_kill_the_consumer() {
     let handle = env.runner(svc).build().expect("runner").spawn();
     env.publish(&[event("p", 1), event("q", 1)]).await;
     wait_for("both applied", Duration::from_secs(15), || async {
-        (count_effects(env.pool()).await == 2).then_some(())
+        outbox_testkit::equal(count_effects(env.pool()).await, 2)
     })
     .await
     .expect("applied");
@@ -354,7 +354,7 @@ async fn malformed_deliveries_are_dead_lettered_with_a_reason_and_good_ones_flow
     got.sort_unstable();
     assert_eq!(got, expected);
     wait_for("good events applied", Duration::from_secs(10), || async {
-        (effects(env.pool(), "good").await.len() == 2).then_some(())
+        outbox_testkit::equal(effects(env.pool(), "good").await.len(), 2)
     })
     .await
     .expect("good");
@@ -373,7 +373,7 @@ async fn reconnects_after_the_broker_drops_the_connection() {
     let handle = env.runner(service(env.pool())).connection_name(&name).build().expect("runner").spawn();
     env.publish(&[event("r", 1), event("r", 2)]).await;
     wait_for("first events applied", Duration::from_secs(10), || async {
-        (effects(env.pool(), "r").await.len() == 2).then_some(())
+        outbox_testkit::equal(effects(env.pool(), "r").await.len(), 2)
     })
     .await
     .expect("applied");
@@ -382,7 +382,7 @@ async fn reconnects_after_the_broker_drops_the_connection() {
     assert_eq!(closed, 1, "the runner's connection was found and closed");
     env.publish(&[event("r", 3), event("r", 4)]).await;
     wait_for("events after the reconnect applied", Duration::from_secs(30), || async {
-        (effects(env.pool(), "r").await.len() == 4).then_some(())
+        outbox_testkit::equal(effects(env.pool(), "r").await.len(), 4)
     })
     .await
     .expect("reconnected");
@@ -409,7 +409,7 @@ async fn a_runner_given_two_nodes_goes_on_through_the_other_when_its_node_goes()
     let handle = runner.build().expect("runner").spawn();
     env.publish(&(1..=50).map(|seq| event("n", seq)).collect::<Vec<_>>()).await;
     wait_for("first events applied", Duration::from_secs(30), || async {
-        (effects(env.pool(), "n").await.len() == 50).then_some(())
+        outbox_testkit::equal(effects(env.pool(), "n").await.len(), 50)
     })
     .await
     .expect("applied");
@@ -420,7 +420,7 @@ async fn a_runner_given_two_nodes_goes_on_through_the_other_when_its_node_goes()
     let lost = std::time::Instant::now();
     env.publish(&(51..=100).map(|seq| event("n", seq)).collect::<Vec<_>>()).await;
     wait_for("events after the node's loss applied", Duration::from_secs(30), || async {
-        (effects(env.pool(), "n").await.len() == 100).then_some(())
+        outbox_testkit::equal(effects(env.pool(), "n").await.len(), 100)
     })
     .await
     .expect("went on through the second node");
@@ -551,7 +551,7 @@ async fn a_delivery_waiting_to_be_retried_holds_back_no_other_ack() {
         .expect("runner")
         .spawn();
     wait_for("the forty applied", Duration::from_secs(60), || async {
-        (count_effects(env.pool()).await == 40).then_some(())
+        outbox_testkit::equal(count_effects(env.pool()).await, 40)
     })
     .await
     .unwrap_or_else(|e| panic!("{e:?}: {:?}", handle.stats()));

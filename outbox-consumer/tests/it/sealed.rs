@@ -63,12 +63,12 @@ async fn payloads_sealed_end_to_end_are_opened_by_the_runner_with_the_keys_only(
     let blind = InboxRunner::builder(broker.url(), blind).topology(&without).build().expect("runner").spawn();
 
     wait_for("every event applied", Duration::from_secs(60), || async {
-        (count_effects(pool).await == 5).then_some(())
+        outbox_testkit::equal(count_effects(pool).await, 5)
     })
     .await
     .expect("applied");
     wait_for("the blind consumer's dead letters", Duration::from_secs(60), || async {
-        (blind.stats().dead_lettered == 5).then_some(())
+        outbox_testkit::equal(blind.stats().dead_lettered, 5)
     })
     .await
     .expect("dead-lettered");

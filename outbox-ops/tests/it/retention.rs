@@ -190,8 +190,8 @@ async fn retention_forgets_expired_idempotency_keys_and_keeps_live_ones() {
         let expired: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_idempotency_keys WHERE expires_at <= now()")
             .fetch_one(pool)
             .await
-            .ok()?;
-        (expired == 1).then_some(())
+            .map_err(|e| e.to_string())?;
+        outbox_testkit::equal(expired, 1)
     })
     .await
     .expect("expired");

@@ -73,7 +73,7 @@ async fn racing_requests_make_one_event() {
         outbox_testkit::wait_for("the second to wait for the first's key", Duration::from_secs(30), || async {
             let waiting = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
                            AND wait_event_type = 'Lock'";
-            (count(&pool, waiting).await == 1).then_some(())
+            outbox_testkit::equal(count(&pool, waiting).await, 1)
         })
         .await
         .expect("waiting");
@@ -168,7 +168,10 @@ async fn a_key_past_its_window_is_taken_again() {
     enqueue_committed(pool, &Outbox::new(), keyed("w-live")).await.expect("a key of 24 hours");
     assert!(matches!(enqueue_committed(pool, &short, keyed("w-1")).await, Err(Error::AlreadyEnqueued { .. })));
     outbox_testkit::wait_for("the window to pass", Duration::from_secs(30), || async {
-        (count(pool, "SELECT count(*) FROM outbox_idempotency_keys WHERE expires_at <= now()").await == 1).then_some(())
+        outbox_testkit::equal(
+            count(pool, "SELECT count(*) FROM outbox_idempotency_keys WHERE expires_at <= now()").await,
+            1,
+        )
     })
     .await
     .expect("expired");

@@ -29,7 +29,7 @@ fn relay<P: Publisher>(h: &Harness, database: PgConnectOptions, publisher: P) ->
 /// Waits until a fifth of the backlog went out: the drain is under way.
 async fn under_way(recorder: &Recorder, load: Load) {
     wait_for("the drain to be under way", Duration::from_secs(60), || async {
-        (recorder.count() >= load.events() / 5).then_some(())
+        outbox_testkit::at_least(recorder.count(), load.events() / 5)
     })
     .await
     .expect("busy");
@@ -38,8 +38,8 @@ async fn under_way(recorder: &Recorder, load: Load) {
 /// Waits until every row is marked published.
 async fn all_marked(pool: &PgPool, n: usize) {
     wait_for("every row marked published", Duration::from_secs(30), || async {
-        let published = outbox_ops::admin::stats(pool).await.ok()?.published;
-        (published == n as i64).then_some(())
+        let published = outbox_ops::admin::stats(pool).await.map_err(|e| e.to_string())?.published;
+        outbox_testkit::equal(published, n as i64)
     })
     .await
     .expect("all marked");
@@ -64,9 +64,11 @@ fn after_fault(load: Load) -> usize {
 /// Waits until `n` more events reached the queue than at `from`; returns how long it took.
 async fn time_to_deliver(recorder: &Recorder, from: usize, n: usize) -> Duration {
     let started = Instant::now();
-    wait_for("delivery to resume", Duration::from_secs(60), || async { (recorder.count() >= from + n).then_some(()) })
-        .await
-        .expect("delivery resumed");
+    wait_for("delivery to resume", Duration::from_secs(60), || async {
+        outbox_testkit::at_least(recorder.count(), from + n)
+    })
+    .await
+    .expect("delivery resumed");
     started.elapsed()
 }
 
@@ -238,7 +240,10 @@ async fn a_channel_the_broker_closes_is_charged_to_the_events_not_taken_for_an_o
             .expect("relay")
             .spawn();
     wait_for("every event quarantined", Duration::from_secs(60), || async {
-        (count(db.pool(), "SELECT count(*) FROM outbox_events WHERE status = 'quarantined'").await == 3).then_some(())
+        outbox_testkit::equal(
+            count(db.pool(), "SELECT count(*) FROM outbox_events WHERE status = 'quarantined'").await,
+            3,
+        )
     })
     .await
     .expect("quarantined after their attempts");

@@ -43,7 +43,7 @@ async fn message_over_the_brokers_size_limit_is_quarantined_by_the_broker_answer
     h.start_relay().await.expect("relay");
 
     wait_for("the huge event quarantined", Duration::from_secs(60), || async {
-        (status_of(h.pool(), huge).await.0 == "quarantined").then_some(())
+        outbox_testkit::equal(status_of(h.pool(), huge).await.0, "quarantined")
     })
     .await
     .expect("quarantined");

@@ -55,7 +55,7 @@ async fn three_relays_share_retention_while_they_publish() {
                 .spawn()
         })
         .collect();
-    wait_for("every old row deleted", WAIT, || async { (old_published(&pool).await == 0).then_some(()) })
+    wait_for("every old row deleted", WAIT, || async { outbox_testkit::equal(old_published(&pool).await, 0) })
         .await
         .expect("retention");
     h.recorder().wait_for_count(ids.len(), WAIT).await.expect("the new events published");

@@ -66,7 +66,7 @@ pub async fn count_status(pool: &PgPool, status: &str) -> i64 {
 
 pub async fn wait_all_published(pool: &PgPool, n: i64, deadline: Duration) {
     outbox_testkit::wait_for("every event published", deadline, || async {
-        (count_status(pool, "published").await >= n).then_some(())
+        outbox_testkit::at_least(count_status(pool, "published").await, n)
     })
     .await
     .unwrap_or_else(|e| panic!("{e}; published {}", 0));

@@ -558,7 +558,7 @@ async fn soak(tier: sizes::Chaos) {
                     .fetch_one(&consumer)
                     .await
                     .expect("processed");
-            (processed >= produced as i64).then_some(())
+            outbox_testkit::at_least(processed, produced as i64)
         }
     })
     .await;

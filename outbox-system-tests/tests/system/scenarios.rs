@@ -92,7 +92,7 @@ async fn changes(h: &Harness, orders: i64, versions: usize) -> Vec<Uuid> {
 /// Waits until the consumer has shipped `n` times.
 async fn wait_shipped(h: &Harness, n: i64, deadline: Duration) {
     wait_for(&format!("{n} shipments"), deadline, || async {
-        (count(h.consumer_pool(), "SELECT count(*) FROM shipments").await >= n).then_some(())
+        outbox_testkit::at_least(count(h.consumer_pool(), "SELECT count(*) FROM shipments").await, n)
     })
     .await
     .unwrap_or_else(|e| panic!("{e}"));
@@ -184,7 +184,7 @@ async fn scenario_02_broker_down_event_waits_then_goes_out() {
     // is not the events' failure (no attempts, no backoff of their own, no quarantine).
     let tried = proxy.connections();
     wait_for("the relay to try the broker again", Duration::from_secs(30), || async {
-        (proxy.connections() >= tried + 3).then_some(())
+        outbox_testkit::at_least(proxy.connections(), tried + 3)
     })
     .await
     .expect("reconnect attempts");
@@ -262,7 +262,7 @@ async fn scenario_04_relay_dies_after_publish_before_mark() {
     h.start_relay().await.expect("relay");
     wait_shipped(&h, 12, Duration::from_secs(30)).await;
     wait_for("the six copies dropped by the inbox", Duration::from_secs(20), || async {
-        (stats(&h).duplicates == 6).then_some(())
+        outbox_testkit::equal(stats(&h).duplicates, 6)
     })
     .await
     .expect("duplicates dropped");
@@ -552,7 +552,7 @@ async fn scenario_09_cleanup_never_deletes_pending() {
     h.faults().inject(1, Fault::Unroutable);
     let quarantined = change(&h, 2).await;
     wait_for("quarantined", Duration::from_secs(10), || async {
-        (attempts(&h, quarantined).await.0 == "quarantined").then_some(())
+        outbox_testkit::equal(attempts(&h, quarantined).await.0, "quarantined")
     })
     .await
     .expect("quarantined");

@@ -28,7 +28,11 @@ impl Harness {
     /// [`crate::Error::Timeout`] with the number still pending.
     pub async fn wait_until_no_pending(&self, deadline: Duration) -> Result<()> {
         crate::wait_for("no pending outbox row", deadline, || async {
-            (self.count_status(Status::Pending).await.ok()? == 0).then_some(())
+            match self.count_status(Status::Pending).await {
+                Ok(0) => Ok(()),
+                Ok(n) => Err(format!("{n} pending")),
+                Err(e) => Err(format!("no count ({e})")),
+            }
         })
         .await
     }
@@ -40,11 +44,18 @@ impl Harness {
     /// [`crate::Error::Timeout`] if an event is still missing at the deadline.
     pub async fn wait_delivered(&self, deadline: Duration) -> Result<()> {
         crate::wait_for("every published event at the recorder", deadline, || async {
-            let ids: Vec<uuid::Uuid> = sqlx::query_scalar("SELECT id FROM outbox_events WHERE status = 'published'")
-                .fetch_all(self.pool())
-                .await
-                .ok()?;
-            self.recorder.all_delivered(ids).ok()
+            let ids: Vec<uuid::Uuid> =
+                match sqlx::query_scalar("SELECT id FROM outbox_events WHERE status = 'published'")
+                    .fetch_all(self.pool())
+                    .await
+                {
+                    Ok(ids) => ids,
+                    Err(e) => return Err(format!("no published ids ({e})")),
+                };
+            let published = ids.len();
+            self.recorder.all_delivered(ids).map_err(|missing| {
+                format!("{} of {published} published events missing, e.g. {:?}", missing.len(), missing.first())
+            })
         })
         .await
     }

@@ -37,8 +37,11 @@ async fn run(h: &mut Harness, n: usize, fault: Fault, status: &'static str) -> (
     h.faults().inject(n, fault.clone());
     h.start_relay().await.expect("relay");
     wait_for(status, Duration::from_secs(20), || async {
-        let s: String = sqlx::query_scalar("SELECT status FROM outbox_events").fetch_one(h.pool()).await.ok()?;
-        (s == status).then_some(())
+        let s: String = sqlx::query_scalar("SELECT status FROM outbox_events")
+            .fetch_one(h.pool())
+            .await
+            .map_err(|e| e.to_string())?;
+        outbox_testkit::equal(s, status)
     })
     .await
     .expect("row reached its status");

@@ -27,7 +27,7 @@ async fn an_order_whose_confirm_is_lost_ships_once() -> Result<(), Box<dyn std::
 
     h.recorder().wait_for_count(2, Duration::from_secs(20)).await?; // sent twice, with the same id
     let stats = || h.consumer_handle().map(|c| c.stats()).unwrap_or_default();
-    wait_for("the copy dropped", Duration::from_secs(10), || async { (stats().duplicates == 1).then_some(()) }).await?;
+    wait_for("the copy dropped", Duration::from_secs(10), || async { outbox_testkit::equal(stats().duplicates, 1) }).await?;
     h.wait_until_no_pending(Duration::from_secs(10)).await?;
     let report = h
         .reconcile()

@@ -63,15 +63,17 @@ async fn three_processes_on_four_partitions_apply_every_change_once_in_order() {
     let mut processes: Vec<Child> = (0..3).map(|_| spawn(&db, &exchange, &base)).collect();
     let (first, second) = events.split_at(events.len() / 2);
     broker.publish_routed(&exchange, first).await.expect("publish");
-    wait_for("a quarter applied", Duration::from_secs(60), || async { (applied(&db).await >= 1250).then_some(()) })
-        .await
-        .expect("progress");
+    wait_for("a quarter applied", Duration::from_secs(60), || async {
+        outbox_testkit::at_least(applied(&db).await, 1250)
+    })
+    .await
+    .expect("progress");
     // SIGKILL the first process (the one active on every partition, since it registered first).
     processes[0].kill().expect("kill");
     let _ = processes[0].wait();
     broker.publish_routed(&exchange, second).await.expect("publish");
     let done = wait_for("every change applied", Duration::from_secs(120), || async {
-        (applied(&db).await >= 5000).then_some(())
+        outbox_testkit::at_least(applied(&db).await, 5000)
     })
     .await;
     for p in processes.iter_mut().skip(1) {
