@@ -64,6 +64,13 @@ pub const CHAOS: Tiered<Chaos> = Tiered {
 /// Connections closed with their channels, none of which may log an error (`close`).
 pub const CLOSES: Tiered<usize> = Tiered { fast: 25, long: 100 };
 
+/// Old published rows `outbox cleanup` deletes in batches beside rows in every other state
+/// (`outbox-cli`'s `cleanup`): several batches of the default size, a few seconds.
+pub const CLEANUP_OLD_ROWS: i64 = 100_000;
+
+/// Old published rows three relays delete while they publish (`outbox-relay`'s `retention`).
+pub const RETENTION_OLD_ROWS: i64 = 30_000;
+
 /// The three-node cluster test's backlog (long tier only: starting three RabbitMQ nodes takes
 /// minutes).
 pub const CLUSTER_BACKLOG: Load = Load { entities: 500, per_entity: 100 };

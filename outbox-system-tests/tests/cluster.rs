@@ -10,11 +10,10 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use lapin::options::{BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions};
 use outbox_consumer::{HandlerError, InboxLayer, InboxRequest, InboxRunner, QueueType, RunnerHandle, Topology};
-use outbox_core::{ExchangeKind, NewEvent};
-use outbox_producer::Outbox;
+use outbox_core::ExchangeKind;
 use outbox_relay::{AmqpPublisher, Partitioned, Relay, RelayHandle};
-use outbox_system_tests::count;
 use outbox_system_tests::sizes::CLUSTER_BACKLOG;
+use outbox_system_tests::{count, fill};
 use outbox_testkit::{TestCluster, TestDb, wait_for};
 use sqlx::PgPool;
 use tower::Layer;
@@ -39,22 +38,6 @@ async fn apply(mut req: InboxRequest) -> Result<InboxRequest, HandlerError> {
 
 const PUBLISHED: &str = "SELECT count(*) FROM outbox_events WHERE status = 'published'";
 const APPLIED: &str = "SELECT count(*) FROM applied";
-
-/// Enqueues one backlog: `PER_ENTITY` events for each entity, 1,000 per transaction.
-async fn enqueue_backlog(pool: &PgPool) {
-    let outbox = Outbox::new();
-    for _ in 0..PER_ENTITY / 2 {
-        let events: Vec<NewEvent> = (0..2 * ENTITIES)
-            .map(|e| {
-                let entity = format!("order-{}", e % ENTITIES);
-                NewEvent::json("order.changed", &serde_json::json!({ "entity": entity })).expect("json").entity(entity)
-            })
-            .collect();
-        let mut tx = pool.begin().await.expect("begin");
-        outbox.enqueue_many(&mut *tx, events).await.expect("enqueue");
-        tx.commit().await.expect("commit");
-    }
-}
 
 /// The exchange, the quorum partitions and an audit queue holding every message that reached the
 /// broker, declared through node 1.
@@ -189,7 +172,7 @@ async fn a_node_lost_under_the_relay_then_under_the_runner_loses_no_event_and_ap
         .expect("applied");
     let (partitions, audit_queue) = topology(&urls[0]).await;
 
-    enqueue_backlog(pool).await;
+    fill(pool, CLUSTER_BACKLOG).await;
     let relay = relay(&db, &urls);
     let runner = runner(pool, &urls, &partitions);
     wait_for("a publish", DEADLINE, || async { (count(pool, PUBLISHED).await > 0).then_some(()) }).await.expect("on");
@@ -203,7 +186,7 @@ async fn a_node_lost_under_the_relay_then_under_the_runner_loses_no_event_and_ap
     .expect("applied");
     connected(&cluster, 1, RELAY).await;
 
-    enqueue_backlog(pool).await;
+    fill(pool, CLUSTER_BACKLOG).await;
     let (runner_first, runner_resumed) = lose_node(&cluster, 2, pool, APPLIED, BACKLOG + 10_000).await;
     wait_for("both backlogs applied", DEADLINE, || async {
         outbox_testkit::at_least(count(pool, APPLIED).await, 2 * BACKLOG)

@@ -4,20 +4,27 @@
 //! quarantined, recent, parked and failed rows alone.
 
 use crate::support::output as run;
+use outbox_system_tests::sizes;
 use outbox_testkit::TestDb;
 
-const OLD: i64 = 100_000;
+const OLD: i64 = sizes::CLEANUP_OLD_ROWS;
 
 /// `OLD` published rows two days old over 1,000 entities, then per state one row three days old:
 /// waiting, claimed (leased), held, quarantined, skipped; and 10 published an hour ago. The inbox of
 /// `shipping`: 1,000 processed ids two days old, 10 recent, one parked and one failed, both old.
 async fn fill(db: &TestDb) {
-    let statements = [
+    sqlx::query(
         "INSERT INTO outbox_events (id, event_type, event_version, entity_key, seq, payload, content_type, status,
                                     created_at, published_at)
          SELECT gen_random_uuid(), 'order.changed', 1, 'order-' || (i % 1000), i / 1000 + 1, '\\x7b7d',
                 'application/json', 'published', now() - interval '2 days', now() - interval '2 days'
-         FROM generate_series(0, 99999) AS i",
+         FROM generate_series(0, $1 - 1) AS i",
+    )
+    .bind(OLD)
+    .execute(db.pool())
+    .await
+    .expect("old published rows");
+    let statements = [
         "INSERT INTO outbox_events (id, event_type, event_version, entity_key, seq, payload, content_type, status,
                                     created_at, published_at, quarantined_at, next_attempt_at, lease_owner, lease_until)
          VALUES

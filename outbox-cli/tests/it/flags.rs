@@ -3,14 +3,13 @@
 //! status 2, never a panic. The flags are found by walking the clap command, so a new numeric
 //! flag is covered without touching this test.
 
-use crate::support;
-
 use std::any::TypeId;
 use std::time::Duration;
 
 use clap::{Arg, CommandFactory};
 
 use crate::args::Cli;
+use crate::support;
 use crate::support::{outbox, run};
 
 /// The values every numeric flag must refuse (0 too, unless listed in [`ZERO_ALLOWED`]).

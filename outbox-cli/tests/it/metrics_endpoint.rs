@@ -2,12 +2,11 @@
 //! with the relay's counts, /healthz and /readyz; an address that cannot be bound stops it at
 //! start-up with the cause.
 
-use crate::support;
-
 use std::time::Duration;
 
+use crate::support;
 use crate::support::{AT_ONCE, Running, assert_failed_with, closed_port, http_get, outbox};
-use outbox_core::NewEvent;
+use outbox_system_tests::{Load, fill};
 use outbox_testkit::{ChaosProxy, Harness, wait_for};
 
 const EVENTS: usize = 20;
@@ -36,15 +35,6 @@ async fn wait_status(port: u16, path: &str, status: u16, deadline: Duration) -> 
     .expect("status")
 }
 
-async fn enqueue(h: &Harness) {
-    let mut tx = h.pool().begin().await.expect("begin");
-    let events: Vec<NewEvent> = (0..EVENTS)
-        .map(|i| NewEvent::json("order.placed", &serde_json::json!({ "i": i })).expect("json").entity(format!("o-{i}")))
-        .collect();
-    h.outbox().enqueue_many(&mut *tx, events).await.expect("enqueue");
-    tx.commit().await.expect("commit");
-}
-
 /// The value of an unlabelled sample `name` in a Prometheus text page.
 fn sample(page: &str, name: &str) -> Option<f64> {
     page.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
@@ -53,7 +43,7 @@ fn sample(page: &str, name: &str) -> Option<f64> {
 #[tokio::test]
 async fn the_relay_serves_its_metrics_and_its_health_over_http() {
     let h = Harness::builder().defer_relay().start().await.expect("harness");
-    enqueue(&h).await;
+    fill(h.pool(), Load { entities: EVENTS, per_entity: 1 }).await;
     let port = closed_port();
     let running = Running::spawn(relay(&h, port));
 
@@ -67,7 +57,7 @@ async fn the_relay_serves_its_metrics_and_its_health_over_http() {
     .expect("metrics");
     assert!(page.contains("# HELP outbox_published_total"), "described metrics:\n{page}");
     assert!(page.contains("outbox_commit_to_confirm_seconds"), "latency histogram:\n{page}");
-    assert!(!page.contains("order.placed\",") && !page.contains("o-1"), "no event data in labels:\n{page}");
+    assert!(!page.contains("order.changed\",") && !page.contains("entity-1"), "no event data in labels:\n{page}");
     assert_eq!(http_get(port, "/healthz").await.map(|(s, _)| s), Some(200));
     assert_eq!(http_get(port, "/nothing").await.map(|(s, _)| s), Some(404));
 
@@ -101,7 +91,7 @@ async fn readiness_follows_a_broker_outage() {
 
     proxy.refuse();
     proxy.cut();
-    enqueue(&h).await;
+    fill(h.pool(), Load { entities: EVENTS, per_entity: 1 }).await;
     let why = wait_status(port, "/readyz", 503, Duration::from_secs(60)).await;
     assert!(why.contains("broker"), "the reason names the broker: {why}");
     assert_eq!(http_get(port, "/healthz").await.map(|(s, _)| s), Some(200), "paused, not dead");

@@ -2,13 +2,13 @@
 //! was published lately, which entities are behind, which relay holds claims (one expired), and
 //! an inbox consumer with a gap — as a table and as JSON, and never the password of the URL.
 
-use crate::support;
-
 use std::process::Output;
 
 use outbox_core::NewEvent;
 use outbox_producer::Outbox;
 use outbox_testkit::TestDb;
+
+use crate::support;
 
 /// Runs `outbox status ARGS` against `url`.
 async fn status(url: &str, args: &[&str]) -> Output {

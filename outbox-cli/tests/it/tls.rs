@@ -23,8 +23,7 @@ use std::time::Duration;
 use crate::support::{AT_ONCE, Running, assert_failed_with, closed_port, outbox};
 use lapin::options::{QueueBindOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
-use outbox_core::NewEvent;
-use outbox_producer::Outbox;
+use outbox_system_tests::{Load, fill};
 use outbox_testkit::{TestDb, wait_for};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
@@ -406,15 +405,6 @@ async fn declare(rabbit: &PrivateRabbit, ca_pem: &str) -> (lapin::Connection, la
     (connection, channel)
 }
 
-async fn enqueue(db: &TestDb) {
-    let events = (0..EVENTS).map(|i| {
-        NewEvent::json("order.placed", &serde_json::json!({ "i": i })).expect("json").entity(format!("o-{i}"))
-    });
-    let mut tx = db.pool().begin().await.expect("begin");
-    Outbox::new().enqueue_many(&mut *tx, events).await.expect("enqueue");
-    tx.commit().await.expect("commit");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_relay_publishes_over_amqps_trusting_the_ca_in_ssl_cert_file() {
     let _serial = SERIAL.lock().await;
@@ -423,7 +413,7 @@ async fn the_relay_publishes_over_amqps_trusting_the_ca_in_ssl_cert_file() {
         return;
     }
     let db = TestDb::new().await.expect("db");
-    enqueue(&db).await;
+    fill(db.pool(), Load { entities: EVENTS, per_entity: 1 }).await;
     let (ca_pem, issuer) = ca("outbox test CA");
     let started = std::time::Instant::now();
     let rabbit = PrivateRabbit::start(&ca_pem, &issuer).await;

@@ -1,8 +1,6 @@
 //! The AMQP runner on the real RabbitMQ and PostgreSQL: redeliveries, reordering, crashes between
 //! commit and ack, transient failures, panics and malformed deliveries.
 
-use crate::support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -17,6 +15,7 @@ use outbox_testkit::{Harness, wait_for};
 use sqlx::PgPool;
 use tower::Layer;
 
+use crate::support;
 use crate::support::{count_effects, effects, effects_table};
 
 type Handler = tower::util::ServiceFn<

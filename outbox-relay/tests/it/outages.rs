@@ -3,8 +3,6 @@
 //! the entities for a lease nor publish confirmed rows twice; a broker outage must not be charged
 //! to the events, however long it lasts.
 
-use crate::support;
-
 use std::time::{Duration, Instant};
 
 use outbox_core::{NewEvent, Publisher, RetryPolicy};
@@ -15,6 +13,8 @@ use outbox_system_tests::{Load, count, fill};
 use outbox_testkit::{ChaosProxy, Harness, Recorder, TestDb, wait_for};
 use sqlx::PgPool;
 use sqlx::postgres::PgConnectOptions;
+
+use crate::support;
 
 /// A relay with the product's defaults (a lease of 30 s) on the harness's exchange, over
 /// `database`, in batches of 200 with two in flight.

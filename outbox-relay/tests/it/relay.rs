@@ -1,13 +1,12 @@
 //! The relay against the real PostgreSQL and RabbitMQ: what reaches the queue, in what order, and
 //! how many times.
 
-use crate::support;
-
 use std::time::Duration;
 
 use outbox_system_tests::Load;
 use outbox_system_tests::sizes::RELAY_BACKLOG;
 
+use crate::support;
 use crate::support::{enqueue, relay, wait_all_published};
 
 #[tokio::test]

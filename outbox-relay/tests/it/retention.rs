@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use outbox_core::NewEvent;
 use outbox_ops::Retention;
+use outbox_system_tests::sizes;
 use outbox_testkit::{Harness, wait_for};
 
-const OLD: i64 = 30_000;
+const OLD: i64 = sizes::RETENTION_OLD_ROWS;
 const WAIT: Duration = Duration::from_secs(120);
 
 async fn old_published(pool: &sqlx::PgPool) -> i64 {
