@@ -4,9 +4,10 @@
 //! what it saw (`waited 30 s for <what>; saw <what it saw>`), and the caller cleans up as on any
 //! other error: a run on a stuck host fails instead of hanging.
 //!
-//! `outbox_testkit::wait_for` is not used: its error names only what was awaited, fixed before
-//! the wait, and it polls every 20 ms, while the drains and the consumer phases are timed by their
-//! wait (polled every 5 ms) and an error here must say what the wait last saw.
+//! These waits stand in for `outbox_testkit::wait_for`, which also says what its check saw last
+//! but polls every 20 ms and takes every `Err` of its check for "not yet": the consumer phases are
+//! timed by their wait (polled every 5 ms), and a check here can fail (a query, a child process
+//! that ended), which ends the wait at once with that error.
 
 use std::fmt::Display;
 use std::future::Future;
