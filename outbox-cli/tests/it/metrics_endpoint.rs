@@ -28,8 +28,11 @@ fn relay_via(h: &Harness, port: u16, amqp_url: &str) -> std::process::Command {
 /// Waits until `path` answers `status`; returns the body.
 async fn wait_status(port: u16, path: &str, status: u16, deadline: Duration) -> String {
     wait_for(&format!("{path} to answer {status}"), deadline, || async {
-        let (got, body) = http_get(port, path).await?;
-        (got == status).then_some(body)
+        match http_get(port, path).await {
+            Some((got, body)) if got == status => Ok(body),
+            Some((got, _)) => Err(format!("status {got}")),
+            None => Err("no answer".to_owned()),
+        }
     })
     .await
     .expect("status")
@@ -57,7 +60,7 @@ async fn the_relay_serves_its_metrics_and_its_health_over_http() {
     .expect("metrics");
     assert!(page.contains("# HELP outbox_published_total"), "described metrics:\n{page}");
     assert!(page.contains("outbox_commit_to_confirm_seconds"), "latency histogram:\n{page}");
-    assert!(!page.contains("order.changed\",") && !page.contains("entity-1"), "no event data in labels:\n{page}");
+    assert!(!page.contains("order.changed") && !page.contains("entity-"), "no event data in labels:\n{page}");
     assert_eq!(http_get(port, "/healthz").await.map(|(s, _)| s), Some(200));
     assert_eq!(http_get(port, "/nothing").await.map(|(s, _)| s), Some(404));
 

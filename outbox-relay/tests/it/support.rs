@@ -69,5 +69,5 @@ pub async fn wait_all_published(pool: &PgPool, n: i64, deadline: Duration) {
         outbox_testkit::at_least(count_status(pool, "published").await, n)
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}; published {}", 0));
+    .unwrap_or_else(|e| panic!("{e}"));
 }
