@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::support;
-use crate::support::{AT_ONCE, Running, assert_failed_with, closed_port, http_get, outbox};
+use crate::support::{AT_ONCE, Running, assert_failed_with, closed_port, http_get, outbox, sample, wait_status};
 use outbox_system_tests::{Load, fill};
 use outbox_testkit::{ChaosProxy, Harness, wait_for};
 
@@ -26,23 +26,6 @@ fn relay_via(h: &Harness, port: u16, amqp_url: &str) -> std::process::Command {
 }
 
 /// Waits until `path` answers `status`; returns the body.
-async fn wait_status(port: u16, path: &str, status: u16, deadline: Duration) -> String {
-    wait_for(&format!("{path} to answer {status}"), deadline, || async {
-        match http_get(port, path).await {
-            Some((got, body)) if got == status => Ok(body),
-            Some((got, _)) => Err(format!("status {got}")),
-            None => Err("no answer".to_owned()),
-        }
-    })
-    .await
-    .expect("status")
-}
-
-/// The value of an unlabelled sample `name` in a Prometheus text page.
-fn sample(page: &str, name: &str) -> Option<f64> {
-    page.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-}
-
 #[tokio::test]
 async fn the_relay_serves_its_metrics_and_its_health_over_http() {
     let h = Harness::builder().defer_relay().start().await.expect("harness");

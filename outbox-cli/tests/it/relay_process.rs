@@ -9,7 +9,7 @@ use outbox_system_tests::sizes::{RELAY_PROCESS_BACKLOG, THREE_RELAYS_BACKLOG};
 use outbox_system_tests::{Load, fill};
 use outbox_testkit::{Recorder, TestBroker, TestDb, wait_for};
 
-use crate::support::{closed_port, http_get};
+use crate::support::{closed_port, http_get, sample, wait_status};
 use sqlx::PgPool;
 
 fn spawn_relay(db: &TestDb, exchange: &str, extra: &[&str]) -> Child {
@@ -34,14 +34,6 @@ fn spawn_relay(db: &TestDb, exchange: &str, extra: &[&str]) -> Child {
 fn signal(child: &Child, sig: &str) {
     let status = Command::new("kill").args([sig, &child.id().to_string()]).status().expect("kill");
     assert!(status.success());
-}
-
-/// The sum of a Prometheus page's `outbox_published_total` samples.
-fn published_total(page: &str) -> u64 {
-    page.lines()
-        .filter(|l| l.starts_with("outbox_published_total"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
 }
 
 async fn published(pool: &PgPool) -> i64 {
@@ -232,12 +224,7 @@ async fn run_three_relay_processes_drain_a_backlog_over_many_entities(load: Load
         })
         .collect();
     for &port in &ports {
-        wait_for("each relay ready", Duration::from_secs(60), || async {
-            let status = http_get(port, "/readyz").await.map(|(status, _)| status);
-            outbox_testkit::equal(status, Some(200))
-        })
-        .await
-        .expect("ready");
+        wait_status(port, "/readyz", 200, Duration::from_secs(60)).await;
     }
     let ids = fill(db.pool(), load).await;
     let all = wait_for("every event delivered", Duration::from_secs(180), || async {
@@ -251,7 +238,7 @@ async fn run_three_relay_processes_drain_a_backlog_over_many_entities(load: Load
     let mut shares = Vec::new();
     for &port in &ports {
         let (_, page) = http_get(port, "/metrics").await.expect("each relay's metrics");
-        shares.push(published_total(&page));
+        shares.push(sample(&page, "outbox_published_total").unwrap_or(0.0) as u64);
     }
     println!("three relays: each published {shares:?}");
     for child in &children {

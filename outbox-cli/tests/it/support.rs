@@ -158,3 +158,21 @@ pub async fn output(url: &str, args: &[&str]) -> std::process::Output {
     cmd.args(args).env("DATABASE_URL", url);
     tokio::task::spawn_blocking(move || cmd.output().expect("run outbox")).await.expect("join")
 }
+
+/// Waits until `path` on `127.0.0.1:port` answers `status`; returns the body.
+pub async fn wait_status(port: u16, path: &str, status: u16, deadline: Duration) -> String {
+    wait_for(&format!("{path} to answer {status}"), deadline, || async {
+        match http_get(port, path).await {
+            Some((got, body)) if got == status => Ok(body),
+            Some((got, _)) => Err(format!("status {got}")),
+            None => Err("no answer".to_owned()),
+        }
+    })
+    .await
+    .expect("status")
+}
+
+/// The value of an unlabelled sample `name` in a Prometheus text page.
+pub fn sample(page: &str, name: &str) -> Option<f64> {
+    page.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
