@@ -1,15 +1,17 @@
 //! The backlog as the relays' gauges and `outbox status` show it: what waits, what is held behind
 //! a quarantined event, how old the oldest of each is, what is quarantined by kind, which entities
-//! are behind and by how much, and which claims have outlived their lease.
+//! are behind and by how much, which claims have outlived their lease, and what holds back the
+//! database's xmin horizon (the cause of a queue that slows down while vacuum cannot clean it).
 //!
-//! One statement, served by the partial indexes of pending, held and quarantined rows: its cost
-//! follows the backlog up to a cap, never the table's history (figures in BENCHMARKS.md).
+//! One statement over the outbox, served by the partial indexes of pending, held and quarantined
+//! rows: its cost follows the backlog up to a cap, never the table's history (figures in
+//! BENCHMARKS.md); and [`horizon`](crate::horizon()) on the same connection.
 
 use std::time::Duration;
 
-use sqlx::PgExecutor;
+use sqlx::{Acquire, Postgres};
 
-use crate::Result;
+use crate::{Horizon, Result};
 
 /// Waiting rows counted one by one at most; beyond, the count is estimated from queue positions.
 pub const EXACT_UP_TO: i64 = 100_000;
@@ -80,6 +82,9 @@ pub struct Backlog {
     pub entities_behind: i64,
     /// The largest gap between an entity's last written and last published sequence.
     pub largest_gap: i64,
+    /// What holds back the database's xmin horizon: the oldest snapshot another session holds
+    /// and the oldest replication slot (see [`horizon`](crate::horizon())).
+    pub horizon: Horizon,
 }
 
 impl Backlog {
@@ -97,13 +102,18 @@ type Row = (i64, Option<i64>, Option<i64>, Option<f64>, i64, Option<f64>, i64, i
 ///
 /// Cheap on a big table: every part is read through a partial index and capped (the waiting rows
 /// are counted up to [`EXACT_UP_TO`], their entities and leases read in the first [`SAMPLED`]),
-/// so it costs milliseconds whatever the number of published rows. The relays read it into their
-/// gauges every `gauge_interval`.
+/// so it costs milliseconds whatever the number of published rows. The horizon is read on the
+/// same connection by a second statement (see [`horizon`](crate::horizon())). The relays read it
+/// into their gauges every `gauge_interval`.
+///
+/// `db` is a pool (`&pool`) or a connection (`&mut conn`).
 ///
 /// # Errors
 /// A database error (for example `outbox_events` does not exist: migrations not applied).
-pub async fn backlog(db: impl PgExecutor<'_>) -> Result<Backlog> {
-    let row: Row = sqlx::query_as(BACKLOG).bind(EXACT_UP_TO).bind(SAMPLED).fetch_one(db).await?;
+pub async fn backlog<'c>(db: impl Acquire<'c, Database = Postgres>) -> Result<Backlog> {
+    let mut conn = db.acquire().await?;
+    let row: Row = sqlx::query_as(BACKLOG).bind(EXACT_UP_TO).bind(SAMPLED).fetch_one(&mut *conn).await?;
+    let horizon = crate::horizon(&mut *conn).await?;
     let (counted, counted_to, last, oldest, held, oldest_held, expired, behind, gap, kinds, counts) = row;
     Ok(Backlog {
         waiting: waiting(counted, counted_to, last, EXACT_UP_TO),
@@ -115,6 +125,7 @@ pub async fn backlog(db: impl PgExecutor<'_>) -> Result<Backlog> {
         expired_leases: expired,
         entities_behind: behind,
         largest_gap: gap,
+        horizon,
     })
 }
 

@@ -6,6 +6,9 @@
 //!   backlog the relays' gauges show ([`admin::backlog`]), what the relays are doing
 //!   ([`admin::activity`]), an event's record ([`admin::event`]), and the quarantine: list, retry,
 //!   skip, release the rows held behind it.
+//! - [`horizon()`]: what holds back the database's xmin horizon, so that vacuum cannot remove the
+//!   outbox's dead rows: the oldest snapshot another session holds and the oldest replication slot
+//!   ([`Horizon`]; the backlog reads it too).
 //! - [`Retention`]: deletes old published (and, if asked, skipped) rows in bounded batches, clears
 //!   old payloads, forgets expired idempotency keys.
 //! - [`reconcile`]: compares the business changes with the outbox, the broker's deliveries and a
@@ -41,11 +44,13 @@ pub mod admin;
 mod backlog;
 mod error;
 mod events;
+mod horizon;
 mod metrics;
 pub mod reconcile;
 mod retention;
 mod stats;
 
 pub use error::{Error, Result};
+pub use horizon::{HeldSlot, HeldSnapshot, Horizon, horizon};
 pub use reconcile::{Reconciliation, ReconciliationReport};
 pub use retention::{Retention, RetentionBuilder};

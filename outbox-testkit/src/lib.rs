@@ -27,6 +27,8 @@
 //! - [`FaultyPublisher`]: fails, nacks, returns, delays or loses the confirms of chosen publishes.
 //! - [`Recorder`]: records every delivery of a queue; checks ids, duplicates and per-entity order.
 //! - [`LogCapture`]: what the test process logs, as text, through the product's redacting filter.
+//! - [`SnapshotHolder`]: a session idle in a transaction that holds an old snapshot, as a long
+//!   report does, holding back vacuum (for tests of what `outbox_ops::horizon` shows).
 //! - Crash points: its `fail-points` feature enables those of the relay and the consumer runner
 //!   (`outbox_relay::CrashPoint`, `outbox_consumer::CrashPoint`); the crates whose tests arm them turn
 //!   it on in their dev-dependencies, so no release build compiles them in.
@@ -51,6 +53,7 @@ mod logging;
 mod proxy;
 mod reconcile;
 mod recorder;
+mod snapshot;
 mod suffix;
 mod wait;
 
@@ -68,6 +71,7 @@ pub use reconcile::{
     ReconciliationReport, RecorderDeliveries, Snapshot, compare,
 };
 pub use recorder::{Record, Recorder};
+pub use snapshot::{SNAPSHOT_HOLDER_APP, SnapshotHolder};
 pub use suffix::unique_suffix;
 pub use wait::{Check, at_least, equal, wait_for};
 

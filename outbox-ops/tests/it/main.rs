@@ -1,4 +1,6 @@
 //! The operator side's tests on the real PostgreSQL: retention (deletion in bounded batches,
-//! scrubbing, expired idempotency keys). One binary, one module per concern.
+//! scrubbing, expired idempotency keys) and the read of what holds back the xmin horizon. One
+//! binary, one module per concern.
 
+mod horizon;
 mod retention;
