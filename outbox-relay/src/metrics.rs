@@ -51,6 +51,12 @@ pub(crate) const EXPIRED_LEASES: &str = "outbox_expired_leases";
 pub(crate) const ENTITIES_BEHIND: &str = "outbox_entities_behind";
 /// The largest gap between an entity's last written and last published sequence (gauge).
 pub(crate) const LARGEST_GAP: &str = "outbox_largest_entity_gap";
+/// How long the oldest snapshot held by another session of the database has been held: vacuum
+/// keeps every row version that died since (gauge, seconds; 0 when none).
+pub(crate) const OLDEST_SNAPSHOT: &str = "outbox_oldest_snapshot_seconds";
+/// How many transactions old the database's xmin horizon is, held by a session or a replication
+/// slot (gauge; 0 when nothing holds it).
+pub(crate) const HORIZON_XID_AGE: &str = "outbox_horizon_xid_age";
 
 /// Registers the description and unit of every relay metric with the installed recorder.
 pub(crate) fn describe() {
@@ -74,6 +80,15 @@ pub(crate) fn describe() {
     describe_gauge!(EXPIRED_LEASES, "Rows claimed now whose lease has expired.");
     describe_gauge!(ENTITIES_BEHIND, "Entities with events written and not yet published.");
     describe_gauge!(LARGEST_GAP, "Largest gap between an entity's last written and last published sequence.");
+    describe_gauge!(
+        OLDEST_SNAPSHOT,
+        Unit::Seconds,
+        "Age of the oldest snapshot another session of the database holds (vacuum keeps what died since)."
+    );
+    describe_gauge!(
+        HORIZON_XID_AGE,
+        "Transactions since the xmin horizon held back by a session's snapshot or a replication slot."
+    );
     describe_histogram!(COMMIT_TO_CONFIRM, Unit::Seconds, "From an event's commit to the broker's confirm.");
     describe_histogram!(PUBLISH_TO_CONFIRM, Unit::Seconds, "From a message's publish to its confirm.");
     describe_histogram!(AGE_AT_CLAIM, Unit::Seconds, "An event's age when a relay claimed it.");

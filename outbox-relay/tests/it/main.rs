@@ -5,6 +5,7 @@
 
 mod encryption;
 mod fencing;
+mod horizon;
 mod outages;
 mod quarantine;
 mod relay;
