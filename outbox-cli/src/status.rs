@@ -1,9 +1,14 @@
 //! `outbox status`: the outbox at a glance, from the same index-served statements as the relays'
-//! gauges (so it stays cheap on a big table), and each inbox consumer's gaps and failed events
-//! when this database holds inbox tables. A table for people, or one JSON object (`--json`).
+//! gauges (so it stays cheap on a big table), what holds back the database's xmin horizon (the
+//! oldest snapshot another session holds, a replication slot), and each inbox consumer's gaps and
+//! failed events when this database holds inbox tables. A table for people, or one JSON object
+//! (`--json`).
+
+use std::time::Duration;
 
 use outbox_consumer::admin::InboxBacklog;
 use outbox_ops::admin::{Activity, Backlog};
+use outbox_ops::{HeldSlot, HeldSnapshot, Horizon};
 use serde_json::{Value, json};
 use sqlx::{PgConnection, PgPool};
 
@@ -63,6 +68,9 @@ fn to_json(r: &Report) -> Value {
         "entities_behind": b.entities_behind,
         "largest_gap": b.largest_gap,
         "entities_exact": b.entities_exact(),
+        "oldest_snapshot": b.horizon.oldest_snapshot.as_ref().map(snapshot_json),
+        "oldest_slot": b.horizon.oldest_slot.as_ref().map(slot_json),
+        "horizon_xid_age": b.horizon.xid_age(),
         "published_last_minute": r.activity.published_last_minute,
         "published_last_hour": r.activity.published_last_hour,
         "relays": r.activity.claims.iter().map(|c| json!({
@@ -80,6 +88,69 @@ fn to_json(r: &Report) -> Value {
             "failed": i.failed,
         })).collect::<Vec<_>>()),
     })
+}
+
+/// The session holding the oldest snapshot, in the JSON output (`age_seconds` and `state` are
+/// `null` when hidden from the connected role).
+fn snapshot_json(s: &HeldSnapshot) -> Value {
+    json!({
+        "pid": s.pid,
+        "application_name": s.application_name,
+        "state": s.state,
+        "age_seconds": s.age.map(|a| a.as_secs_f64()),
+        "xid_age": s.xid_age,
+    })
+}
+
+/// The replication slot with the oldest xmin, in the JSON output.
+fn slot_json(s: &HeldSlot) -> Value {
+    json!({
+        "name": s.name,
+        "logical": s.logical,
+        "xid_age": s.xid_age,
+        "catalog_xid_age": s.catalog_xid_age,
+    })
+}
+
+/// `d` for people: `42s`, `14m 3s`, `3h 7m`.
+fn human(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m {}s", s / 60, s % 60),
+        _ => format!("{}h {}m", s / 3600, s % 3600 / 60),
+    }
+}
+
+/// The oldest snapshot's row: `14m 3s (pid 4242, psql, idle in transaction), holds back vacuum`,
+/// or `none`.
+fn snapshot_text(snapshot: Option<&HeldSnapshot>) -> String {
+    let Some(s) = snapshot else {
+        return "none".to_owned();
+    };
+    let age = s.age.map_or_else(|| "age hidden (needs pg_read_all_stats)".to_owned(), human);
+    let mut who = vec![format!("pid {}", s.pid)];
+    who.extend([s.application_name.clone()].into_iter().filter(|a| !a.is_empty()));
+    who.extend(s.state.clone());
+    format!("{age}, {} transactions ({}), holds back vacuum", s.xid_age, who.join(", "))
+}
+
+/// The oldest slot's row, when a slot holds the horizon.
+fn slot_text(slot: &HeldSlot) -> String {
+    let kind = if slot.logical { "logical" } else { "physical" };
+    match (slot.xid_age, slot.catalog_xid_age) {
+        (Some(n), _) => format!("{} ({kind}), {n} transactions, holds back vacuum", slot.name),
+        (None, n) => {
+            format!("{} ({kind}), {} transactions, holds back the system catalogs' vacuum", slot.name, n.unwrap_or(0))
+        }
+    }
+}
+
+/// The rows of what holds back the horizon: always the oldest snapshot, a slot when one holds it.
+fn horizon_rows(h: &Horizon) -> Vec<(&'static str, String)> {
+    let mut rows = vec![("oldest snapshot", snapshot_text(h.oldest_snapshot.as_ref()))];
+    rows.extend(h.oldest_slot.as_ref().map(|slot| ("replication slot", slot_text(slot))));
+    rows
 }
 
 /// `n`, followed by `+` when it is a lower bound.
@@ -108,7 +179,7 @@ fn to_text(r: &Report) -> String {
         ("largest entity gap", count(b.largest_gap, b.entities_exact())),
         ("expired leases", count(b.expired_leases, b.entities_exact())),
     ];
-    for (name, value) in rows {
+    for (name, value) in rows.into_iter().chain(horizon_rows(&b.horizon)) {
         let _ = writeln!(out, "{name:<26}{value}");
     }
     let _ = writeln!(out, "\nrelays holding claims{}", if r.activity.claims.is_empty() { ": none" } else { "" });
@@ -140,4 +211,21 @@ fn to_text(r: &Report) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_people_say_them() {
+        let d = Duration::from_secs;
+        assert_eq!([human(d(0)), human(d(59)), human(d(843)), human(d(11_220))], ["0s", "59s", "14m 3s", "3h 7m"]);
+    }
+
+    #[test]
+    fn no_snapshot_held_reads_none_and_no_slot_row() {
+        assert_eq!(snapshot_text(None), "none");
+        assert_eq!(horizon_rows(&Horizon::default()), [("oldest snapshot", "none".to_owned())]);
+    }
 }

@@ -1,12 +1,14 @@
 //! `outbox status` on a database in a known state: what waits, what is held and quarantined, what
 //! was published lately, which entities are behind, which relay holds claims (one expired), and
-//! an inbox consumer with a gap — as a table and as JSON, and never the password of the URL.
+//! an inbox consumer with a gap — as a table and as JSON, and never the password of the URL; and
+//! the session whose old snapshot holds back vacuum, by pid.
 
 use std::process::Output;
+use std::time::Duration;
 
 use outbox_core::NewEvent;
 use outbox_producer::Outbox;
-use outbox_testkit::TestDb;
+use outbox_testkit::{SNAPSHOT_HOLDER_APP, SnapshotHolder, TestDb, wait_for};
 
 use crate::support;
 
@@ -94,5 +96,51 @@ async fn status_without_inbox_tables_says_so() {
     let json = status(&db.url(), &["--json"]).await;
     let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("json");
     assert!(v["inbox"].is_null(), "{v}");
+    db.close().await.expect("cleanup");
+}
+
+/// `outbox status --json` on `url`, parsed.
+async fn status_json(url: &str) -> serde_json::Value {
+    let out = status(url, &["--json"]).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
+#[tokio::test]
+async fn status_names_the_session_whose_snapshot_holds_back_vacuum() {
+    let db = TestDb::new().await.expect("db");
+    let holder = SnapshotHolder::hold(&db).await.expect("hold a snapshot");
+    let pid = holder.pid();
+    // Other databases' sessions do not count; this one is the oldest of its own database.
+    let v = wait_for("status to show the snapshot a second old", Duration::from_secs(30), || async {
+        let v = status_json(&db.url()).await;
+        let held = &v["oldest_snapshot"];
+        let old = held["age_seconds"].as_f64().is_some_and(|s| s >= 1.0);
+        (held["pid"] == pid && old).then_some(v.clone()).ok_or(format!("{v}"))
+    })
+    .await
+    .expect("the held snapshot in status --json");
+    let held = &v["oldest_snapshot"];
+    assert_eq!(
+        (held["application_name"].as_str(), held["state"].as_str()),
+        (Some(SNAPSHOT_HOLDER_APP), Some("idle in transaction")),
+        "{v}"
+    );
+    assert!(v["horizon_xid_age"].as_i64().is_some_and(|n| n >= held["xid_age"].as_i64().unwrap_or(i64::MAX)), "{v}");
+
+    let held_for = holder.held_for();
+    let v = status_json(&db.url()).await;
+    let age = v["oldest_snapshot"]["age_seconds"].as_f64().unwrap_or_default();
+    assert!(age >= held_for.as_secs_f64(), "at least {held_for:?} old: {v}");
+
+    let out = status(&db.url(), &[]).await;
+    let table = String::from_utf8_lossy(&out.stdout);
+    let line = table.lines().find(|l| l.starts_with("oldest snapshot")).unwrap_or_else(|| panic!("{table}"));
+    let who = format!("(pid {pid}, {SNAPSHOT_HOLDER_APP}, idle in transaction), holds back vacuum");
+    assert!(line.ends_with(&who), "{who:?} missing from {line:?}");
+
+    holder.release().await.expect("commit");
+    let v = status_json(&db.url()).await;
+    assert_ne!(v["oldest_snapshot"]["pid"], pid, "released: {v}");
     db.close().await.expect("cleanup");
 }
