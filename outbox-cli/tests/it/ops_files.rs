@@ -28,7 +28,7 @@ const DECLARING: [&str; 4] = [
 const HISTOGRAM_SUFFIXES: [&str; 3] = ["_bucket", "_sum", "_count"];
 
 /// One metric per measure an operator watches, each of which must have a dashboard panel.
-const MEASURES: [&str; 12] = [
+const MEASURES: [&str; 13] = [
     "outbox_events_waiting",
     "outbox_oldest_waiting_age_seconds",
     "outbox_events_created_total",
@@ -39,6 +39,7 @@ const MEASURES: [&str; 12] = [
     "outbox_lease_takeovers_total",
     "outbox_expired_leases",
     "outbox_largest_entity_gap",
+    "outbox_oldest_snapshot_seconds",
     "inbox_events_total",
     "inbox_oldest_parked_age_seconds",
 ];
@@ -412,7 +413,7 @@ fn the_metric_reference_lists_every_declared_metric() {
 
 /// The series of a healthy system: one relay, one producer, one consumer; a few transient
 /// failures early on, none since.
-const HEALTHY: [(&str, &str); 11] = [
+const HEALTHY: [(&str, &str); 12] = [
     (r#"up{job="outbox-relay", instance="relay-1:9187"}"#, "1x60"),
     (r#"outbox_relay_claims_total{job="outbox-relay", instance="relay-1:9187", found="none"}"#, "0+60x60"),
     (r#"outbox_events_created_total{job="orders", instance="orders-1:9000"}"#, "0+600x60"),
@@ -421,6 +422,7 @@ const HEALTHY: [(&str, &str); 11] = [
     (r#"outbox_oldest_waiting_age_seconds{job="outbox-relay", instance="relay-1:9187"}"#, "0.01x60"),
     (r#"outbox_events_held{job="outbox-relay", instance="relay-1:9187"}"#, "0x60"),
     (r#"outbox_expired_leases{job="outbox-relay", instance="relay-1:9187"}"#, "0x60"),
+    (r#"outbox_oldest_snapshot_seconds{job="outbox-relay", instance="relay-1:9187"}"#, "0x10 2x50"),
     (
         r#"inbox_events_total{job="shipping", instance="shipping-1:9000", consumer="shipping", outcome="applied"}"#,
         "0+600x60",
@@ -483,6 +485,11 @@ const SCENARIOS: &[Scenario] = &[
         fault: "claims outlive their lease",
         series: &[(r#"outbox_expired_leases{job="outbox-relay", instance="relay-1:9187"}"#, "0x20 4x40")],
         firing: &["OutboxExpiredLeases"],
+    },
+    Scenario {
+        fault: "a session holds a snapshot for 30 minutes",
+        series: &[(r#"outbox_oldest_snapshot_seconds{job="outbox-relay", instance="relay-1:9187"}"#, "0x10 0+60x50")],
+        firing: &["OutboxSnapshotHeld"],
     },
     Scenario {
         fault: "a relay takes rows over",
@@ -590,14 +597,24 @@ fn assert_success(what: &str, output: &Output) {
     );
 }
 
+/// Whether `promtool` runs; if not, says on stderr (past the test harness's capture, so that the
+/// skip is seen) that `what` is skipped.
+fn have_promtool(what: &str) -> bool {
+    match Command::new("promtool").arg("--version").output() {
+        Ok(_) => true,
+        Err(e) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "ops_files: {what} skipped: promtool is not on PATH ({e}); install Debian's `prometheus` package to run them"
+            );
+            false
+        }
+    }
+}
+
 #[test]
 fn promtool_checks_the_rules_and_the_dashboard_queries_and_each_alert_fires_on_its_fault() {
-    if let Err(e) = Command::new("promtool").arg("--version").output() {
-        // Written past the test harness's capture, so that the skip is seen.
-        let _ = writeln!(
-            std::io::stderr(),
-            "ops_files: promtool checks skipped: promtool is not on PATH ({e}); install Debian's `prometheus` package to run them"
-        );
+    if !have_promtool("promtool checks") {
         return;
     }
     let alerts = root().join(ALERTS).canonicalize().expect("the rule file's path");
@@ -633,4 +650,47 @@ fn promtool_checks_the_rules_and_the_dashboard_queries_and_each_alert_fires_on_i
     let tested: BTreeSet<&str> = SCENARIOS.iter().flat_map(|s| s.firing.iter().copied()).collect();
     let untested: Vec<String> = rules().into_iter().map(|r| r.alert).filter(|a| !tested.contains(a.as_str())).collect();
     assert!(untested.is_empty(), "alerts with no scenario here: {untested:?}");
+}
+
+/// A `promtool test rules` file: a snapshot held from 0 on (its age gauge growing 60 s a minute)
+/// and, at each of `at` (minutes), the `OutboxSnapshotHeld` alerts in each state.
+fn snapshot_held_test(alerts: &Path, at: &[(u32, &str, bool)]) -> String {
+    let mut text = format!(
+        "rule_files:\n  - {}\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:\n",
+        Json::from(alerts.display().to_string())
+    );
+    text += "      - series: 'outbox_oldest_snapshot_seconds{job=\"outbox-relay\", instance=\"relay-1:9187\"}'\n";
+    text += "        values: '0+60x30'\n    promql_expr_test:\n";
+    for (minute, state, present) in at {
+        text += &format!(
+            "      - expr: count(ALERTS{{alertname=\"OutboxSnapshotHeld\", alertstate=\"{state}\"}})\n        eval_time: {minute}m\n"
+        );
+        text += if *present { "        exp_samples:\n          - value: 1\n" } else { "        exp_samples: []\n" };
+    }
+    text
+}
+
+#[test]
+fn the_snapshot_alert_fires_five_minutes_after_the_snapshot_is_ten_minutes_old() {
+    if !have_promtool("the OutboxSnapshotHeld timing test") {
+        return;
+    }
+    let alerts = root().join(ALERTS).canonicalize().expect("the rule file's path");
+    // The gauge reads 60 s a minute: 600 at 10m (not above), 660 at 11m (pending), firing from 16m.
+    let at = [
+        (5, "pending", false),
+        (5, "firing", false),
+        (10, "pending", false),
+        (11, "pending", true),
+        (15, "firing", false),
+        (16, "firing", true),
+        (25, "firing", true),
+    ];
+    let work = std::env::temp_dir().join(format!("outbox-ops-files-snapshot-{}", std::process::id()));
+    std::fs::create_dir_all(&work).expect("a temporary directory");
+    let test = work.join("snapshot-held.yaml");
+    std::fs::write(&test, snapshot_held_test(&alerts, &at)).expect("write the rules test");
+    let output = promtool(&["test", "rules", test.to_str().expect("a UTF-8 path")]);
+    let _ = std::fs::remove_dir_all(&work);
+    assert_success("promtool test rules (OutboxSnapshotHeld: quiet at 300 s, firing 5 minutes after 600 s)", &output);
 }
