@@ -23,6 +23,8 @@
 --           LISTEN needs no privilege. VACUUM needs the table's ownership (PostgreSQL 17 and later:
 --           the MAINTAIN privilege, granted below on those versions). On older servers run the relay
 --           with `--vacuum-after-rows 0` and let autovacuum keep the table lean (docs/security.md).
+--           pg_read_all_stats (server-wide): the start of other roles' sessions, for the age of
+--           the oldest snapshot held in the database (outbox_oldest_snapshot_seconds; see the end).
 -- consumer  inbox_events: SELECT, INSERT, UPDATE, DELETE (retention); inbox_entities: SELECT,
 --           INSERT, UPDATE. Its own business tables are yours to grant, for example
 --           `GRANT SELECT, INSERT, UPDATE ON shipments TO outbox_consumer`.
@@ -107,6 +109,23 @@ BEGIN
     IF to_regclass('outbox_events') IS NOT NULL AND current_setting('server_version_num')::int >= 170000 THEN
         EXECUTE format('GRANT MAINTAIN ON outbox_events TO %I', roles[1]);
     END IF;
+END
+$$;
+
+-- The relay's gauge of the oldest snapshot held in the database (outbox_oldest_snapshot_seconds,
+-- alert OutboxSnapshotHeld) needs to see when other roles' sessions began their transactions:
+-- PostgreSQL shows that only to members of pg_read_all_stats. Membership lets the role read every
+-- session's activity on the server, the text of their current statements included (the relay
+-- never reads it). Granting it takes a superuser, the ADMIN option on pg_read_all_stats
+-- (PostgreSQL 16 and later) or CREATEROLE (before 16); without that, the script warns and goes on:
+-- grant it later as a superuser, or go without the gauge (outbox_horizon_xid_age and the pid in
+-- `outbox status` still show the session, but not its age).
+DO $$
+BEGIN
+    EXECUTE format('GRANT pg_read_all_stats TO %I', current_setting('outbox.relay_role'));
+EXCEPTION WHEN insufficient_privilege THEN
+    RAISE WARNING 'could not grant pg_read_all_stats to %: the relay cannot see how old other roles'' snapshots are (outbox_oldest_snapshot_seconds reads 0 for them); grant it as a superuser',
+        current_setting('outbox.relay_role');
 END
 $$;
 

@@ -178,6 +178,13 @@ async fn each_role_does_its_part_and_nothing_else() {
         roles.consumer
     );
     execute(h.pool(), &business).await;
+    // The relay sees how old other roles' snapshots are (outbox_oldest_snapshot_seconds).
+    let monitors: bool = sqlx::query_scalar("SELECT pg_has_role($1, 'pg_read_all_stats', 'MEMBER')")
+        .bind(&roles.relay)
+        .fetch_one(h.pool())
+        .await
+        .expect("pg_has_role");
+    assert!(monitors, "the relay role is a member of pg_read_all_stats");
 
     let producer = roles.pool(&roles.producer).await;
     enqueue(&producer, 1).await;
