@@ -19,7 +19,8 @@
 --           outbox_entity_sequences: SELECT (the gauges' largest gap);
 --           outbox_relay_listeners: SELECT, INSERT, UPDATE, DELETE (it registers while it waits
 --           for a notification); outbox_idempotency_keys: SELECT, UPDATE, DELETE (retention of
---           expired keys); _outbox_migrations: SELECT (its start-up check).
+--           expired keys); _outbox_migrations: SELECT (its start-up check); the sequence of
+--           outbox_events.position: SELECT (the claim's low water reads the last position drawn).
 --           LISTEN needs no privilege. VACUUM needs the table's ownership (PostgreSQL 17 and later:
 --           the MAINTAIN privilege, granted below on those versions). On older servers run the relay
 --           with `--vacuum-after-rows 0` and let autovacuum keep the table lean (docs/security.md).
@@ -106,6 +107,12 @@ BEGIN
     ) AS v(tbl, role, privileges) WHERE to_regclass(v.tbl) IS NOT NULL LOOP
         EXECUTE format('GRANT %s ON %I TO %I', g.privileges, g.tbl, g.role);
     END LOOP;
+    IF to_regclass('outbox_events') IS NOT NULL THEN
+        FOR g IN SELECT unnest(roles) AS role LOOP
+            EXECUTE format('REVOKE ALL ON SEQUENCE %s FROM %I', pg_get_serial_sequence('outbox_events', 'position'), g.role);
+        END LOOP;
+        EXECUTE format('GRANT SELECT ON SEQUENCE %s TO %I', pg_get_serial_sequence('outbox_events', 'position'), roles[1]);
+    END IF;
     IF to_regclass('outbox_events') IS NOT NULL AND current_setting('server_version_num')::int >= 170000 THEN
         EXECUTE format('GRANT MAINTAIN ON outbox_events TO %I', roles[1]);
     END IF;

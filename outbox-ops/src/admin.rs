@@ -109,22 +109,42 @@ pub async fn list_quarantined_of(
         .collect())
 }
 
-/// Makes the entity's later events claimable again and wakes the relays.
+/// The channel the relays listen on (`outbox_producer::NOTIFY_CHANNEL`, which this crate does not
+/// depend on).
+const NOTIFY_CHANNEL: &str = "outbox_events";
+
+/// The payload of a notification on the relays' channel that says events already passed in the
+/// queue are due again (an operator retried or skipped a quarantined event): the relays look
+/// below their low water at once.
+pub const NOTIFY_REQUEUED: &str = "requeued";
+
+/// Makes the entity's later events claimable again and wakes the relays, telling them that events
+/// they passed in the queue are due again (`$3`, `$4`: the channel and that payload).
 const WAKE_SUCCESSORS: &str = "\
 WITH woken AS (
     UPDATE outbox_events SET next_attempt_at = now()
     WHERE entity_key = $1 AND seq > $2 AND status = 'pending' AND lease_owner IS NULL AND next_attempt_at > now()
     RETURNING 1
 )
-SELECT pg_notify('outbox_events', ''), (SELECT count(*) FROM woken)";
+SELECT pg_notify($3, $4), (SELECT count(*) FROM woken)";
 
 async fn finish(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>, entity: Option<(String, i64)>) -> Result<()> {
     match entity {
         Some((key, seq)) => {
-            sqlx::query(WAKE_SUCCESSORS).bind(key).bind(seq).execute(&mut **tx).await?;
+            sqlx::query(WAKE_SUCCESSORS)
+                .bind(key)
+                .bind(seq)
+                .bind(NOTIFY_CHANNEL)
+                .bind(NOTIFY_REQUEUED)
+                .execute(&mut **tx)
+                .await?;
         }
         None => {
-            sqlx::query("SELECT pg_notify('outbox_events', '')").execute(&mut **tx).await?;
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(NOTIFY_CHANNEL)
+                .bind(NOTIFY_REQUEUED)
+                .execute(&mut **tx)
+                .await?;
         }
     }
     Ok(())

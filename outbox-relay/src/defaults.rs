@@ -34,6 +34,9 @@ pub const SHUTDOWN_DEADLINE: Duration = Duration::from_secs(10);
 pub const EXCHANGE: &str = "outbox.events";
 /// Rows marked published after which the relay vacuums `outbox_events` itself.
 pub const VACUUM_AFTER_ROWS: u64 = 100_000;
+/// The least time between two looks of a relay below its queue's low water for rows no signal
+/// announced (see [`RelayBuilder::recheck_passed_rows`](crate::RelayBuilder::recheck_passed_rows)).
+pub const RECHECK_PASSED_ROWS: Duration = Duration::from_secs(30);
 /// How often a relay reads the backlog into its gauges.
 pub const GAUGE_INTERVAL: Duration = Duration::from_secs(10);
 /// How often a relay logs its summary line at `info`.

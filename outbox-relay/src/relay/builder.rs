@@ -78,6 +78,7 @@ impl<P: Publisher> RelayBuilder<P> {
                 synchronous_commit: false,
                 vacuum_after: Some(defaults::VACUUM_AFTER_ROWS),
                 gauge_interval: Some(defaults::GAUGE_INTERVAL),
+                recheck_passed_rows: defaults::RECHECK_PASSED_ROWS,
                 summary_interval: Some(defaults::SUMMARY_INTERVAL),
                 retention: None,
                 retention_interval: defaults::RETENTION_INTERVAL,
@@ -246,6 +247,21 @@ impl<P: Publisher> RelayBuilder<P> {
         self
     }
 
+    /// Sets the least time between two looks below the queue's low water for rows that no signal
+    /// announced. The claim scans the queue from its low water, a position below which no row can
+    /// be claimed (see `docs/architecture.md`), so that its cost does not grow with the rows
+    /// published while another session holds an old snapshot. Rows that commit late are waited
+    /// for, and a row that becomes due below it is announced (an operator's retry or skip notifies
+    /// the relays, the relay's own re-check of held rows looks at once); this look catches anything
+    /// else, such as a row made due by hand in SQL, or a notification lost with a connection. Each
+    /// look walks the queue from its start, so it also runs no more often than once per hundred
+    /// times its own duration. Defaults to 30 s.
+    #[must_use]
+    pub fn recheck_passed_rows(mut self, every: Duration) -> Self {
+        self.settings.recheck_passed_rows = every;
+        self
+    }
+
     /// Sets how often the relay reads the backlog into its gauges (`outbox_events_waiting`,
     /// `outbox_events_held`, the oldest ages, `outbox_events_quarantined`, `outbox_expired_leases`,
     /// `outbox_entities_behind`, `outbox_largest_entity_gap`), or `None` for never. Defaults to
@@ -336,7 +352,7 @@ impl<P: Publisher> RelayBuilder<P> {
             session.push(("synchronous_commit", "off"));
         }
         let pool = sqlx::postgres::PgPoolOptions::new()
-            .max_connections(u32::try_from(batches * 2 + 3).unwrap_or(16))
+            .max_connections(u32::try_from(batches * 2 + 4).unwrap_or(16))
             // The pool is sized for the relay's own work, so a connection is free at once or the
             // database is away: a statement waits for one only briefly, and a shutdown during an
             // outage is not held up by sqlx's default of 30 s.

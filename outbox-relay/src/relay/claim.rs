@@ -18,8 +18,11 @@ pub(super) async fn claim<P>(shared: &Shared<P>, limit: usize, token: Uuid) -> R
     let claimed = {
         let _one_at_a_time = shared.claiming.lock().await;
         let started = Instant::now();
-        let taken =
-            store::claim(&shared.pool, limit, s.events_per_entity, &s.relay_id, token, s.lease, s.sealed()).await?;
+        let ask = store::Ask { batch: limit, run: s.events_per_entity, low_water: shared.low_water.position() };
+        let taken = store::claim(&shared.pool, ask, &s.relay_id, token, s.lease, s.sealed()).await?;
+        if !taken.rows.is_empty() || !taken.corrupt.is_empty() {
+            shared.low_water.claimed();
+        }
         metrics::histogram!(crate::metrics::CLAIM_SECONDS).record(started.elapsed().as_secs_f64());
         report_takeovers(shared, &taken.taken_over);
         set_aside_corrupt(shared, taken, token).await?

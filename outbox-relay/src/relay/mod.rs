@@ -16,6 +16,7 @@
 //! - `claim_loop.rs`: when to claim, the batches in flight against the confirm window, the
 //!   back-offs after a failing database or broker;
 //! - `claim.rs`: one claim, with the corrupt rows it found set aside;
+//! - `low_water.rs`: where the claim's scan starts, and the task that moves it;
 //! - `deliver.rs`: one batch's delivery: publishing it run by run and awaiting its confirms, then
 //!   its outcomes decided, counted and recorded;
 //! - `outcome.rs`: what each row's outcome means for the row, pure decisions over what became of
@@ -33,6 +34,7 @@ mod claim_loop;
 mod deliver;
 mod handle;
 mod health;
+mod low_water;
 mod outcome;
 mod record;
 mod run;

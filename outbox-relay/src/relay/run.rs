@@ -16,7 +16,7 @@ use super::handle::RelayHandle;
 use super::health::Health;
 use super::outcome::BatchReport;
 use super::shared::Shared;
-use super::{claim, claim_loop, deliver, tasks};
+use super::{claim, claim_loop, deliver, low_water, tasks};
 use crate::store;
 use crate::{Error, Result};
 
@@ -67,6 +67,14 @@ impl<P: Publisher> Relay<P> {
         self.shared.health.snapshot()
     }
 
+    /// The queue position where this relay's claims start scanning (see
+    /// [`RelayBuilder::recheck_passed_rows`](super::RelayBuilder::recheck_passed_rows)); 0 before
+    /// the relay runs. For tests and diagnostics.
+    #[doc(hidden)]
+    pub fn low_water(&self) -> i64 {
+        self.shared.low_water.position()
+    }
+
     /// How long the claim loop may go without a round before a liveness probe should call it
     /// stalled: three poll intervals, and at least 30 s (a claim on a busy server can take
     /// seconds).
@@ -107,6 +115,7 @@ impl<P: Publisher> Relay<P> {
             let gauges = tokio::spawn(tasks::gauges(self.shared.clone()).in_current_span());
             let summary = tokio::spawn(tasks::summarize(self.shared.clone()).in_current_span());
             let retention = tokio::spawn(tasks::retention(self.shared.clone()).in_current_span());
+            let low_water = tokio::spawn(low_water::keep(self.shared.clone()).in_current_span());
             tracing::info!(batch_size = s.batch_size, confirm_window = s.confirm_window, "relay started");
 
             tokio::pin!(shutdown);
@@ -121,6 +130,7 @@ impl<P: Publisher> Relay<P> {
             gauges.abort();
             summary.abort();
             retention.abort();
+            low_water.abort();
             if self.shared.crashed.load(Ordering::SeqCst) {
                 tasks.abort_all();
                 return Err(Error::Crashed);

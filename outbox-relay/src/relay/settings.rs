@@ -43,6 +43,7 @@ pub(super) struct Settings {
     pub(super) synchronous_commit: bool,
     pub(super) vacuum_after: Option<u64>,
     pub(super) gauge_interval: Option<Duration>,
+    pub(super) recheck_passed_rows: Duration,
     pub(super) summary_interval: Option<Duration>,
     pub(super) retention: Option<outbox_ops::Retention>,
     pub(super) retention_interval: Duration,
@@ -60,7 +61,7 @@ impl Settings {
 
     /// Full batches the confirm window holds: each may be recording its outcome while the next
     /// ones are claimed, so the relay's pool has two connections per batch (and three more for the
-    /// claim, the listener and housekeeping).
+    /// claim, the listener and housekeeping, and one for the queue's low water).
     pub(super) fn full_batches(&self) -> usize {
         self.confirm_window.div_ceil(self.batch_size).max(1)
     }

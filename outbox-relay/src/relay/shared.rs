@@ -9,6 +9,7 @@ use sqlx::PgPool;
 use tokio::sync::Notify;
 
 use super::health::HealthState;
+use super::low_water::LowWater;
 #[cfg(feature = "fail-points")]
 use super::settings::CrashPoint;
 use super::settings::Settings;
@@ -42,6 +43,8 @@ pub(super) struct Shared<P> {
     pub(super) health: HealthState,
     /// What the relay did since its last summary line.
     pub(super) tally: Tally,
+    /// Where the claim's scan starts.
+    pub(super) low_water: LowWater,
 }
 
 impl<P> Shared<P> {
@@ -60,6 +63,7 @@ impl<P> Shared<P> {
             claiming: tokio::sync::Mutex::new(()),
             health: HealthState::default(),
             tally: Tally::default(),
+            low_water: LowWater::default(),
         }
     }
 

@@ -35,6 +35,7 @@ pub(super) async fn maintain<P: Publisher>(shared: Arc<Shared<P>>) {
             Ok(0) => {}
             Ok(n) => {
                 tracing::info!(released = n, "rows held behind a formerly quarantined event are due again");
+                shared.low_water.ask_below();
                 shared.wake.notify_waiters();
             }
             Err(e) => tracing::warn!(error = %e, "could not re-check held rows"),
@@ -86,18 +87,27 @@ pub(super) async fn listen<P: Publisher>(shared: Arc<Shared<P>>) {
             continue;
         }
         backoff.reset();
+        // Notifications may have been lost before this connection listened.
+        shared.low_water.ask_below();
         shared.wake.notify_waiters();
         loop {
             match listener.try_recv().await {
-                Ok(Some(_)) => shared.wake.notify_waiters(),
+                Ok(Some(n)) => {
+                    if n.payload() == outbox_ops::admin::NOTIFY_REQUEUED {
+                        shared.low_water.ask_below();
+                    }
+                    shared.wake.notify_waiters();
+                }
                 Ok(None) => {
                     // The connection was lost and is re-established on the next call; whatever was
                     // notified meanwhile is lost, so look at the table now.
                     tracing::debug!("LISTEN connection lost; reconnecting");
+                    shared.low_water.ask_below();
                     shared.wake.notify_waiters();
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "LISTEN connection failed; reconnecting");
+                    shared.low_water.ask_below();
                     shared.wake.notify_waiters();
                     break;
                 }

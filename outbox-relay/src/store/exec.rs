@@ -20,28 +20,57 @@ pub(crate) struct Failure {
     pub(crate) kind: FailureKind,
 }
 
-/// Claims up to `batch` due, ready rows under `token`, leased for `lease`: for each ready entity up
-/// to `run` consecutive events.
+/// What a claim asks for: up to `batch` due, ready rows, for each ready entity up to `run`
+/// consecutive events, scanning from the queue position `low_water`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ask {
+    pub(crate) batch: usize,
+    pub(crate) run: usize,
+    pub(crate) low_water: i64,
+}
+
+/// Claims what `ask` asks for under `token`, leased for `lease`.
 pub(crate) async fn claim(
     pool: &PgPool,
-    batch: usize,
-    run: usize,
+    ask: Ask,
     owner: &str,
     token: Uuid,
     lease: Duration,
     sealed: Sealed<'_>,
 ) -> Result<Taken> {
-    let batch = i64::try_from(batch).unwrap_or(i64::MAX);
+    let batch = i64::try_from(ask.batch).unwrap_or(i64::MAX);
     let rows = sqlx::query(sql::CLAIM)
         .bind(batch.saturating_mul(4))
         .bind(batch)
         .bind(owner)
         .bind(token)
         .bind(lease.as_secs_f64())
-        .bind(i64::try_from(run.max(1)).unwrap_or(i64::MAX))
+        .bind(i64::try_from(ask.run.max(1)).unwrap_or(i64::MAX))
+        .bind(ask.low_water)
         .fetch_all(pool)
         .await?;
     decode::taken(&rows, sealed)
+}
+
+/// The first position at or after `from` of a pending row that is not held, and the last position
+/// handed out (`None`: none yet).
+pub(crate) async fn first_pending(pool: &PgPool, from: i64) -> Result<(Option<i64>, Option<i64>)> {
+    Ok(sqlx::query_as(sql::FIRST_PENDING).bind(from).fetch_one(pool).await?)
+}
+
+/// The virtual transaction ids of the transactions that may still commit rows into the outbox.
+pub(crate) async fn writers(pool: &PgPool) -> Result<Vec<String>> {
+    Ok(sqlx::query_scalar(sql::WRITERS).fetch_one(pool).await?)
+}
+
+/// The first position below `below` of a pending row that is not held.
+pub(crate) async fn pending_below(pool: &PgPool, below: i64) -> Result<Option<i64>> {
+    Ok(sqlx::query_scalar(sql::BELOW).bind(below).fetch_one(pool).await?)
+}
+
+/// How many positions the identity of `position` hands a session at once.
+pub(crate) async fn position_cache(pool: &PgPool) -> Result<i64> {
+    Ok(sqlx::query_scalar(sql::POSITION_CACHE).fetch_one(pool).await?)
 }
 
 /// Marks confirmed rows (by their claimed tuple ids) published; returns how many this claim still

@@ -11,6 +11,9 @@ mod session;
 mod sql;
 
 pub(crate) use decode::{Claimed, Corrupt, Sealed, Taken};
-pub(crate) use exec::{Failure, claim, listen, mark_failed, mark_published, release, release_claim, unlisten, vacuum};
+pub(crate) use exec::{
+    Ask, Failure, claim, first_pending, listen, mark_failed, mark_published, pending_below, position_cache, release,
+    release_claim, unlisten, vacuum, writers,
+};
 pub use session::SESSION;
 pub use sql::CLAIM;

@@ -41,13 +41,19 @@
 /// id: a row changed by another relay in between has a new tuple id, fails the re-check and is
 /// left alone, and the locked rows cannot change until this statement ends.
 ///
+/// The scan starts at the queue's low water `$7` (see `relay/low_water.rs`): no row below it can
+/// be claimed, and the index entries of rows published before it, which vacuum cannot remove while
+/// another session holds an old snapshot, are never walked.
+///
 /// Parameters: `$1` the scan window (four batches), `$2` the batch, `$3` the relay's id, `$4` the
-/// claim token, `$5` the lease in seconds, `$6` the most consecutive events of one entity.
+/// claim token, `$5` the lease in seconds, `$6` the most consecutive events of one entity, `$7`
+/// the low water.
 pub const CLAIM: &str = "\
 WITH scanned AS (
     SELECT e.ctid AS tid, e.id, e.entity_key, e.seq, e.position
     FROM outbox_events e
-    WHERE e.status = 'pending' AND e.next_attempt_at <= now() AND (e.lease_until IS NULL OR e.lease_until <= now())
+    WHERE e.status = 'pending' AND e.position >= $7
+      AND e.next_attempt_at <= now() AND (e.lease_until IS NULL OR e.lease_until <= now())
     ORDER BY e.position
     LIMIT $1
 ), numbered AS (
@@ -160,3 +166,36 @@ pub(super) const UNLISTEN: &str = "DELETE FROM outbox_relay_listeners WHERE rela
 /// leave behind (the claim's scan would step over them otherwise). `SKIP_LOCKED`: if another
 /// vacuum holds the table, this one does nothing.
 pub(super) const VACUUM: &str = "VACUUM (SKIP_LOCKED) outbox_events";
+
+/// The first position at or after `$1` of a row that is pending and not held behind a quarantined
+/// event (held rows wait for an operator, whose action asks for a look below the low water), and
+/// the last position handed out. Walks the queue index from `$1` to the first such row: the rows
+/// finished since the low water last moved.
+pub(super) const FIRST_PENDING: &str = "\
+SELECT (SELECT min(position) FROM outbox_events
+        WHERE status = 'pending' AND next_attempt_at < 'infinity' AND position >= $1) AS first_pending,
+       pg_sequence_last_value(pg_get_serial_sequence('outbox_events', 'position')) AS last_position";
+
+/// The transactions that hold a lock on `outbox_events` under which they can insert (an
+/// `INSERT` takes `ROW EXCLUSIVE` before its row's position is drawn and keeps it until the
+/// transaction ends), by virtual transaction id: those that may still commit a row below a
+/// position drawn earlier.
+pub(super) const WRITERS: &str = "\
+SELECT coalesce(array_agg(DISTINCT virtualtransaction), '{}') FROM pg_locks
+WHERE locktype = 'relation' AND granted
+  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND relation = 'outbox_events'::regclass
+  AND mode IN ('RowExclusiveLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')";
+
+/// The first position below `$1` of a row that is pending and not held: a row the low water
+/// passed (committed after every check, or made due again by an operator). Walks the queue index
+/// from its start: rare, and paced by its own cost.
+pub(super) const BELOW: &str = "\
+SELECT min(position) FROM outbox_events
+WHERE status = 'pending' AND next_attempt_at < 'infinity' AND position < $1";
+
+/// How many positions the identity of `position` hands a session at once: the low water relies on
+/// positions being drawn in time order across sessions, which a cache above 1 breaks.
+pub(super) const POSITION_CACHE: &str = "\
+SELECT s.seqcache FROM pg_sequence s
+WHERE s.seqrelid = pg_get_serial_sequence('outbox_events', 'position')::regclass";

@@ -6,6 +6,7 @@
 mod encryption;
 mod fencing;
 mod horizon;
+mod low_water;
 mod outages;
 mod quarantine;
 mod relay;

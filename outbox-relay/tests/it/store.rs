@@ -62,7 +62,7 @@ async fn relay_session(db: &TestDb) -> PgPool {
 }
 
 /// The relay's claim statement in `pool`'s session, bound as the relay binds it for a batch of 500
-/// and runs of up to four events (see `CLAIM`'s parameters); returns the (entity, seq) of the rows
+/// and runs of up to four events, from the start of the queue (see `CLAIM`'s parameters); returns the (entity, seq) of the rows
 /// it claimed.
 async fn claim_in(pool: &PgPool) -> Vec<(Option<String>, Option<i64>)> {
     let rows = sqlx::query(CLAIM)
@@ -72,6 +72,7 @@ async fn claim_in(pool: &PgPool) -> Vec<(Option<String>, Option<i64>)> {
         .bind(Uuid::new_v4())
         .bind(30.0_f64)
         .bind(4_i64)
+        .bind(0_i64)
         .fetch_all(pool)
         .await
         .expect("claim");
@@ -102,6 +103,7 @@ async fn the_claim_walks_the_queue_index_in_order_on_a_table_without_statistics(
         .bind(Uuid::new_v4())
         .bind(30.0_f64)
         .bind(4_i64)
+        .bind(0_i64)
         .fetch_all(&pool)
         .await
         .expect("explain");
@@ -161,7 +163,7 @@ async fn a_claim_planned_on_an_empty_table_reads_only_its_window_once_the_table_
 
     let mut tx = pool.begin().await.expect("begin");
     let explain =
-        format!("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE {name}(2000, 500, 'relay-a', '{}', 30, 4)", Uuid::new_v4());
+        format!("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE {name}(2000, 500, 'relay-a', '{}', 30, 4, 0)", Uuid::new_v4());
     let plan: serde_json::Value =
         sqlx::query_scalar(sqlx::AssertSqlSafe(explain)).fetch_one(&mut *tx).await.expect("explain");
     tx.rollback().await.expect("rollback");
@@ -264,5 +266,67 @@ async fn the_claim_takes_runs_of_consecutive_events_and_never_skips_one() {
     other.rollback().await.expect("rollback");
     let got = claim(&db, "relay-c", 3, 4).await;
     assert_eq!(got, [("e".to_owned(), 1), ("e".to_owned(), 2), ("e".to_owned(), 3)]);
+    db.close().await.expect("drop database");
+}
+
+/// The shared buffers the scan of one claim from queue position `low_water` touches, read with
+/// `EXPLAIN (ANALYZE, BUFFERS)` in a transaction rolled back after it.
+async fn claim_buffers(pool: &PgPool, low_water: i64) -> u64 {
+    let mut tx = pool.begin().await.expect("begin");
+    let explain = format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {CLAIM}");
+    let plan: serde_json::Value = sqlx::query_scalar(sqlx::AssertSqlSafe(explain))
+        .bind(2000_i64)
+        .bind(500_i64)
+        .bind("relay-a")
+        .bind(Uuid::new_v4())
+        .bind(30.0_f64)
+        .bind(4_i64)
+        .bind(low_water)
+        .fetch_one(&mut *tx)
+        .await
+        .expect("explain");
+    tx.rollback().await.expect("rollback");
+    scan_buffers(&plan[0]["Plan"]).expect("the claim scans the queue index")
+}
+
+/// The shared buffers the claim's scan of the queue index touched, in a plan's `node`.
+fn scan_buffers(node: &serde_json::Value) -> Option<u64> {
+    if node["Index Name"] == "outbox_events_queue" && node["Alias"] == "e" {
+        let n = |key: &str| node[key].as_u64().unwrap_or(0);
+        return Some(n("Shared Hit Blocks") + n("Shared Read Blocks"));
+    }
+    node["Plans"].as_array()?.iter().find_map(scan_buffers)
+}
+
+/// While another session holds a snapshot older than 20,000 published events, vacuum cannot remove
+/// their entries from the queue index: a claim from the start of the queue walks every one of them,
+/// a claim from the low water (the first pending row) touches a few pages, whatever the history.
+#[tokio::test]
+async fn under_a_held_snapshot_a_claim_from_the_low_water_does_not_walk_the_published_history() {
+    let db = TestDb::new().await.expect("database");
+    let mut holder = db.pool().begin().await.expect("begin");
+    sqlx::raw_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM outbox_events")
+        .execute(&mut *holder)
+        .await
+        .expect("hold a snapshot");
+    let fill = "INSERT INTO outbox_events (id, event_type, event_version, entity_key, seq, payload, content_type)
+         SELECT gen_random_uuid(), 'order.placed', 1, 'order-' || (g % 100), g / 100 + 1, '\\x7b7d', 'application/json'
+         FROM generate_series(0, 20099) g;
+         UPDATE outbox_events SET status = 'published', published_at = now() WHERE seq <= 200;";
+    sqlx::raw_sql(fill).execute(db.pool()).await.expect("fill and publish");
+    sqlx::raw_sql("VACUUM outbox_events").execute(db.pool()).await.expect("vacuum, which the snapshot holds back");
+    let first_pending: i64 = sqlx::query_scalar("SELECT min(position) FROM outbox_events WHERE status = 'pending'")
+        .fetch_one(db.pool())
+        .await
+        .expect("first pending");
+    let pool = relay_session(&db).await;
+    let from_low_water = claim_buffers(&pool, first_pending).await;
+    let from_start = claim_buffers(&pool, 0).await;
+    assert!(
+        from_start > 300 && from_low_water < 50,
+        "buffers touched by the scan of a claim from the start: {from_start}, from the low water: {from_low_water}"
+    );
+    holder.rollback().await.expect("release the snapshot");
+    pool.close().await;
     db.close().await.expect("drop database");
 }

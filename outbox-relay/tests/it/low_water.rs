@@ -1,0 +1,102 @@
+//! The queue's low water, where a relay's claims start scanning: it passes the published history
+//! (so that a snapshot held by another session does not make every claim walk it), never passes a
+//! row whose transaction is still open, and comes back down for a row an operator makes due again.
+//! The relays here never look below their low water on their own (`recheck_passed_rows` of an
+//! hour): what brings each row out is the mechanism under test.
+
+use std::time::Duration;
+
+use outbox_producer::Outbox;
+use outbox_relay::Relay;
+use outbox_testkit::{Harness, wait_for};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::support::{self, enqueue};
+
+/// A relay of `h` that looks below its low water only when told to.
+fn relay(h: &Harness) -> Relay<outbox_relay::AmqpPublisher> {
+    support::relay(h).recheck_passed_rows(Duration::from_secs(3600)).build().expect("relay")
+}
+
+async fn position(db: impl sqlx::PgExecutor<'_>, id: Uuid) -> i64 {
+    sqlx::query_scalar("SELECT position FROM outbox_events WHERE id = $1").bind(id).fetch_one(db).await.expect("row")
+}
+
+async fn last_position(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT max(position) FROM outbox_events").fetch_one(pool).await.expect("last position")
+}
+
+/// Waits until `relay`'s low water is past `position`.
+async fn wait_low_water_past(relay: &Relay<outbox_relay::AmqpPublisher>, position: i64) {
+    wait_for("the low water past the published rows", Duration::from_secs(30), || async {
+        let at = relay.low_water();
+        if at > position { Ok(()) } else { Err(format!("low water at {at}, want past {position}")) }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// A transaction that enqueued an event and stays open while 300 later events are published holds
+/// the low water below its row; once it commits, its event is published, and with nothing open the
+/// low water passes everything published.
+#[tokio::test]
+async fn the_low_water_waits_for_a_transaction_still_open_and_passes_the_published_rows() {
+    let h = support::env().await;
+    let relay = relay(&h);
+    let handle = relay.clone().spawn();
+    let outbox = Outbox::new();
+    let mut late = h.pool().begin().await.expect("begin");
+    let late_id = *outbox.enqueue(&mut *late, support::event(Some("late"))).await.expect("enqueue").as_uuid();
+    let late_position = position(&mut *late, late_id).await;
+    let later = enqueue(h.pool(), 30, 10, 0).await;
+    h.recorder().wait_for_count(later.len(), Duration::from_secs(30)).await.expect("later events published");
+    assert!(late_position < position(h.pool(), later[0]).await, "the open transaction drew its position first");
+    // The relay looked at its low water every 100 ms while it published; the open row stays ahead.
+    // (Were it passed, the event would never be published below: this relay does not look back.)
+    assert!(relay.low_water() <= late_position, "low water {} passed the open row {late_position}", relay.low_water());
+
+    late.commit().await.expect("late commit");
+    h.recorder().wait_for_count(later.len() + 1, Duration::from_secs(30)).await.expect("the late event published");
+    assert!(h.recorder().ids().contains(&late_id));
+    let more = enqueue(h.pool(), 30, 1, 0).await;
+    support::wait_all_published(h.pool(), (later.len() + 1 + more.len()) as i64, Duration::from_secs(30)).await;
+    wait_low_water_past(&relay, last_position(h.pool()).await).await;
+    handle.shutdown().await.expect("shutdown");
+    h.close().await.expect("cleanup");
+}
+
+/// An event quarantined at the front of the queue, with a successor held behind it, stays behind
+/// the low water while 300 later events are published; an operator's retry brings both out, in
+/// order, without waiting for a periodic look.
+#[tokio::test]
+async fn an_event_retried_by_an_operator_below_the_low_water_is_published_with_its_successor() {
+    let h = support::env().await;
+    let outbox = Outbox::new();
+    let mut tx = h.pool().begin().await.expect("begin");
+    let first = outbox.enqueue_many(&mut *tx, vec![support::event(Some("first")), support::event(Some("first"))]);
+    let first: Vec<Uuid> = first.await.expect("enqueue").iter().map(|id| *id.as_uuid()).collect();
+    tx.commit().await.expect("commit");
+    sqlx::query(
+        "UPDATE outbox_events SET status = 'quarantined', quarantined_at = now(), last_error_kind = 'contract',
+                last_error = 'a test quarantine'
+         WHERE id = $1",
+    )
+    .bind(first[0])
+    .execute(h.pool())
+    .await
+    .expect("quarantine the first event");
+    let relay = relay(&h);
+    let handle = relay.clone().spawn();
+    let later = enqueue(h.pool(), 30, 10, 0).await;
+    support::wait_all_published(h.pool(), later.len() as i64, Duration::from_secs(30)).await;
+    wait_low_water_past(&relay, last_position(h.pool()).await).await;
+
+    assert!(outbox_ops::admin::retry(h.pool(), outbox_core::EventId::from_uuid(first[0])).await.expect("retry"));
+    support::wait_all_published(h.pool(), (later.len() + 2) as i64, Duration::from_secs(30)).await;
+    let arrivals: Vec<Uuid> =
+        h.recorder().records().iter().filter_map(|r| r.event_id).filter(|id| first.contains(id)).collect();
+    assert_eq!(arrivals, first, "the retried event, then its successor");
+    handle.shutdown().await.expect("shutdown");
+    h.close().await.expect("cleanup");
+}
