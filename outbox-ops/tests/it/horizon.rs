@@ -12,7 +12,7 @@ use std::time::Duration;
 use outbox_ops::{HeldSnapshot, Horizon, admin};
 use outbox_testkit::{SNAPSHOT_HOLDER_APP, SnapshotHolder, TestDb, wait_for};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{ConnectOptions, Connection, PgConnection, PgPool};
+use sqlx::{Connection, PgConnection, PgPool};
 
 const WAIT: Duration = Duration::from_secs(30);
 /// How long the snapshot is held before it is checked.
