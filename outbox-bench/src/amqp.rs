@@ -1,7 +1,8 @@
 //! Messages of the wire contract as the relay sends them, and raw confirmed publishing: what the
 //! relay and consumer benchmarks put on the broker themselves.
 
-use std::cell::{Cell, RefCell};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
@@ -47,11 +48,14 @@ pub(crate) async fn publish_confirmed(
     let connection = outbox_amqp::connect(url, "outbox-bench-publisher", FLOOR)
         .await
         .map_err(|e| format!("{what}: cannot connect: {e}"))?;
-    let (published, acked) = (Cell::new(0_usize), Cell::new(0_usize));
-    let channel = RefCell::new(None);
+    // Shared with the error's account; atomics and a mutex so that the future can be spawned.
+    let (published, acked) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let channel = Mutex::new(None);
     let publishing = async {
         let opened = connection.create_channel().await?;
-        *channel.borrow_mut() = Some(opened.clone());
+        if let Ok(mut slot) = channel.lock() {
+            *slot = Some(opened.clone());
+        }
         let channel = opened;
         channel.confirm_select(ConfirmSelectOptions::default()).await?;
         let options = BasicPublishOptions { mandatory: true, ..BasicPublishOptions::default() };
@@ -62,7 +66,7 @@ pub(crate) async fn publish_confirmed(
                 && let Some(confirm) = in_flight.next().await
             {
                 confirmed(confirm)?;
-                acked.set(acked.get() + 1);
+                acked.fetch_add(1, Ordering::Relaxed);
             }
             let message = message?;
             let confirm = channel
@@ -74,12 +78,12 @@ pub(crate) async fn publish_confirmed(
                     outbox_amqp::to_properties(&message),
                 )
                 .await?;
-            published.set(published.get() + 1);
+            published.fetch_add(1, Ordering::Relaxed);
             in_flight.push(confirm);
         }
         while let Some(confirm) = in_flight.next().await {
             confirmed(confirm)?;
-            acked.set(acked.get() + 1);
+            acked.fetch_add(1, Ordering::Relaxed);
         }
         Ok::<_, BoxError>(start.elapsed())
     };
@@ -87,12 +91,12 @@ pub(crate) async fn publish_confirmed(
         let blocked = if connection.status().blocked() { "blocks" } else { "does not block" };
         Some(format!(
             "{} published, {} confirmed; the broker {blocked} the connection (connection.blocked)",
-            published.get(),
-            acked.get()
+            published.load(Ordering::Relaxed),
+            acked.load(Ordering::Relaxed)
         ))
     })
     .await;
-    let channel = channel.borrow_mut().take();
+    let channel = channel.lock().ok().and_then(|mut slot| slot.take());
     let _ = tokio::time::timeout(
         FLOOR,
         outbox_amqp::close(&connection, &channel.iter().collect::<Vec<_>>(), "benchmark phase done"),

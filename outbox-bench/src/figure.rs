@@ -16,6 +16,10 @@ pub(crate) enum Value {
     Millis(f64),
     /// A size in MiB: one decimal.
     Mebibytes(f64),
+    /// A share in percent: one decimal.
+    Percent(f64),
+    /// A duration in seconds: three decimals.
+    Seconds(f64),
 }
 
 impl fmt::Display for Value {
@@ -26,6 +30,8 @@ impl fmt::Display for Value {
             Self::Ratio(r) => write!(f, "{r:.3}"),
             Self::Millis(ms) => write!(f, "{ms:.2}"),
             Self::Mebibytes(mib) => write!(f, "{mib:.1}"),
+            Self::Percent(pct) => write!(f, "{pct:.1}"),
+            Self::Seconds(s) => write!(f, "{s:.3}"),
         }
     }
 }
@@ -65,5 +71,7 @@ mod tests {
             "figure: relay_latency_p99_ms = 12.35 ms"
         );
         assert_eq!(line("relay_peak_rss_mib", Value::Mebibytes(21.04), "MiB"), "figure: relay_peak_rss_mib = 21.0 MiB");
+        assert_eq!(line("snapshot_cpu_steal", Value::Percent(1.26), "%"), "figure: snapshot_cpu_steal = 1.3 %");
+        assert_eq!(line("backlog_seconds", Value::Seconds(0.12345), "s"), "figure: backlog_seconds = 0.123 s");
     }
 }

@@ -9,6 +9,9 @@
 //! cargo run --release -p outbox-bench -- consumer --quick   # smoke run, under 20 seconds
 //! cargo run --release -p outbox-bench -- gauges             # full run, about five minutes
 //! cargo run --release -p outbox-bench -- gauges --quick     # smoke run, under a minute
+//! cargo run --release -p outbox-bench -- snapshot           # full run, about 105 minutes
+//! cargo run --release -p outbox-bench -- snapshot --quick   # smoke run, about three minutes
+//! cargo run --release -p outbox-bench -- snapshot --only relay|producer|inbox   # one part
 //! ```
 //!
 //! - `producer`: what `Outbox::enqueue` adds to a business transaction ([`producer`]).
@@ -21,6 +24,9 @@
 //!   program run with the hidden command `consumer-process`.
 //! - `gauges`: the backlog query behind the relays' gauges and `outbox status`, timed with
 //!   1,000,000 pending rows and with 10,000,000 published rows plus 1,000 pending ([`gauges`]).
+//! - `snapshot`: the relay's drain and steady load, the producer and the inbox, each without and
+//!   with a snapshot held by another session, which keeps vacuum from removing dead row versions
+//!   ([`snapshot`]).
 //!
 //! Every figure is printed on its own line as `figure: <name> = <value> <unit>`; every other line
 //! of standard output starts with `#` (targets, per-run detail). Absolute figures drift on a
@@ -31,7 +37,7 @@
 //! (`quorum phase: waited 30 s for ...; saw ...`), cleans up as below and exits non-zero.
 //!
 //! Each benchmark creates fresh databases of its own with the migrations applied
-//! ([`outbox_testkit::TestDb`]) and drops them at the end; `relay` and `consumer` also declare an
+//! ([`outbox_testkit::TestDb`]) and drops them at the end; `relay`, `consumer` and `snapshot` also declare an
 //! exchange and queues with a random suffix on RabbitMQ ([`outbox_testkit::TestBroker`]) and delete
 //! them at the end. The broker is read from `OUTBOX_TEST_AMQP_URL`, else `AMQP_URL`, else
 //! `amqp://guest:guest@127.0.0.1:5672/%2f`. The database server is read from
@@ -52,6 +58,8 @@ mod process;
 mod producer;
 mod relay;
 mod sealed;
+mod snapshot;
+mod steal;
 mod wait;
 
 use std::process::ExitCode;
@@ -90,6 +98,9 @@ enum Command {
     /// The backlog query of the gauges: with 1,000,000 pending rows, and with 10,000,000 published
     /// rows plus 1,000 pending.
     Gauges,
+    /// The relay, the producer and the inbox without and with a snapshot held by another session:
+    /// drain, steady load, enqueue and apply rates after a long run.
+    Snapshot(snapshot::Args),
 }
 
 /// Runs the command; a failure is printed to standard error as one line (`outbox-bench: <error>`)
@@ -104,6 +115,7 @@ async fn main() -> ExitCode {
         Command::Consumer => consumer::run(consumer::Plan::new(cli.quick)).await,
         Command::ConsumerProcess(args) => consumer::process(args).await,
         Command::Gauges => gauges::run(gauges::Plan::new(cli.quick)).await,
+        Command::Snapshot(args) => snapshot::run(args, cli.quick).await,
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -387,6 +387,15 @@ async fn update(conn: &mut PgConnection, order: i64) -> Result<(), sqlx::Error> 
     Ok(())
 }
 
+/// Commits one event of order `order` (entity key `order-<order>`) through `outbox` in a
+/// transaction of its own, as a workload writing one event per transaction does; returns its id.
+pub(crate) async fn commit_one(conn: &mut PgConnection, outbox: &Outbox, order: i64) -> Result<uuid::Uuid, BoxError> {
+    let mut tx = conn.begin().await?;
+    let id = outbox.enqueue(&mut tx, event(order)?.entity(format!("order-{order}"))).await?;
+    tx.commit().await?;
+    Ok(*id.as_uuid())
+}
+
 /// The event every variant writes, with the same payload as the hand-written insert.
 pub(crate) fn event(order: i64) -> Result<NewEvent, BoxError> {
     Ok(NewEvent::json(EVENT_TYPE, &payload_value(order))?)

@@ -13,9 +13,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::inbox::await_handled;
+use super::inbox::{await_handled, spawn_consumer};
 use super::plan::Plan;
-use super::settings::CONSUMER;
 use super::shipments::CREATE_SHIPMENTS;
 use super::target::Target;
 use super::verify::{check_stats, verify};
@@ -48,8 +47,7 @@ pub(super) async fn end_to_end(target: Target<'_>, plan: Plan) -> Result<EndToEn
         within("the table shipments", FLOOR, sqlx::raw_sql(CREATE_SHIPMENTS).execute(db.pool())).await?;
         let relay_args = ["relay-process", "--exchange", target.exchange];
         let mut relay = Subprocess::spawn("the relay process", &relay_args, &db.url(), target.url).await?;
-        let consumer_args = ["consumer-process", "--queue", target.queue, "--consumer", CONSUMER];
-        let consumer = Subprocess::spawn("the consumer process", &consumer_args, &db.url(), target.url).await;
+        let consumer = spawn_consumer(&db.url(), target.url, target.queue).await;
         let mut consumer = match consumer {
             Ok(c) => c,
             Err(e) => {

@@ -47,8 +47,7 @@ pub(super) async fn inbox(
     replayed: &[WireMessage],
 ) -> Result<Measured, BoxError> {
     let pool = db.pool();
-    let args = ["consumer-process", "--queue", target.queue, "--consumer", CONSUMER];
-    let mut process = Subprocess::spawn("the consumer process", &args, &db.url(), target.url).await?;
+    let mut process = spawn_consumer(&db.url(), target.url, target.queue).await?;
     let meter = Meter::new(process.child.id().ok_or("the consumer process has ended")?, APPLICATION_NAME);
     let outcome = async {
         let before = meter.sample(pool).await?;
@@ -96,7 +95,7 @@ pub(super) async fn await_handled(
 ) -> Result<(Duration, RunnerStats), BoxError> {
     let what = format!("the consumer process to handle {expected} deliveries");
     until(what, limit.saturating_sub(start.elapsed()), POLL, async || {
-        let stats = parse_stats(&process.request(STATS).await?)?;
+        let stats = stats(process).await?;
         if handled(&stats) >= expected {
             return Ok(Progress::Done((start.elapsed(), stats)));
         }
@@ -104,4 +103,16 @@ pub(super) async fn await_handled(
         Ok(Progress::Waiting(format!("{} handled ({})", handled(&stats), format_stats(&stats))))
     })
     .await
+}
+
+/// Starts the consumer process on `queue` of the broker at `amqp_url`, applying events in the
+/// database at `database_url` as the inbox consumer [`CONSUMER`].
+pub(crate) async fn spawn_consumer(database_url: &str, amqp_url: &str, queue: &str) -> Result<Subprocess, BoxError> {
+    let args = ["consumer-process", "--queue", queue, "--consumer", CONSUMER];
+    Subprocess::spawn("the consumer process", &args, database_url, amqp_url).await
+}
+
+/// The consumer process's counts now, summed over its runners.
+pub(crate) async fn stats(process: &mut Subprocess) -> Result<RunnerStats, BoxError> {
+    Ok(parse_stats(&process.request(STATS).await?)?)
 }

@@ -64,10 +64,13 @@ use outbox_testkit::{TestBroker, TestDb};
 
 use self::fill::{fill, messages};
 use self::inbox::inbox;
+pub(crate) use self::inbox::{spawn_consumer, stats};
 pub(crate) use self::plan::Plan;
 pub(crate) use self::process::{ProcessArgs, process};
 use self::settings::{BATCH, CONCURRENCY, POOL, PREFETCH};
-use self::shipments::CREATE_SHIPMENTS;
+pub(crate) use self::shipments::CREATE_SHIPMENTS;
+pub(crate) use self::stats::{format_stats, handled};
+pub(crate) use self::target::declare_queue;
 use self::target::{REPLAY_KEY, Target};
 use crate::amqp::PUBLISH_WINDOW;
 use crate::db::with_db;
@@ -94,13 +97,7 @@ async fn bench(db: &TestDb, broker: &TestBroker, plan: Plan) -> Result<(), BoxEr
     let queue = broker.name("bench.consumer");
     let replay = broker.name("bench.consumer.replay");
     for (name, key) in [(&queue, EVENT_TYPE), (&replay, REPLAY_KEY)] {
-        // Remembered first, so that whatever was declared is deleted even if a declaration fails.
-        broker.remember_queue(name);
-        broker.remember_queue(&format!("{name}.dead"));
-        broker.remember_exchange(&format!("{name}.dlx"));
-        let keys = [key];
-        let declared = outbox_consumer::declare_queue(broker.channel(), &exchange, name, &keys);
-        within(format_args!("the declaration of queue {name}"), FLOOR, declared).await?;
+        declare_queue(broker, &exchange, name, key).await?;
     }
     within("the table shipments", FLOOR, sqlx::raw_sql(CREATE_SHIPMENTS).execute(db.pool())).await?;
     let target = Target { url: broker.url(), exchange: &exchange, queue: &queue, replay: &replay };

@@ -3,7 +3,7 @@
 use outbox_consumer::{HandlerError, InboxRequest};
 
 /// The business table the handler writes.
-pub(super) const CREATE_SHIPMENTS: &str = "\
+pub(crate) const CREATE_SHIPMENTS: &str = "\
 CREATE TABLE shipments (
     order_key   text PRIMARY KEY,
     order_id    bigint NOT NULL,

@@ -10,7 +10,7 @@ pub(super) const STATS: &str = "stats";
 pub(super) const CONSUMING: &str = "consuming";
 
 /// One line of counts: `applied=1 duplicates=0 stale=0 parked=0 retried=0 dead_lettered=0`.
-pub(super) fn format_stats(s: &RunnerStats) -> String {
+pub(crate) fn format_stats(s: &RunnerStats) -> String {
     format!(
         "applied={} duplicates={} stale={} parked={} retried={} dead_lettered={}",
         s.applied, s.duplicates, s.stale, s.parked, s.retried, s.dead_lettered
@@ -51,7 +51,7 @@ pub(super) fn sum(handles: &[RunnerHandle]) -> RunnerStats {
 }
 
 /// Deliveries acknowledged in all: applied, duplicate, stale, parked or dead-lettered (not retried).
-pub(super) fn handled(stats: &RunnerStats) -> u64 {
+pub(crate) fn handled(stats: &RunnerStats) -> u64 {
     stats.applied + stats.duplicates + stats.stale + stats.parked + stats.dead_lettered
 }
 

@@ -33,7 +33,7 @@ struct Seen {
 }
 
 /// One consumer on the benchmark queue, with automatic acknowledgement, on a connection of its own.
-pub(super) struct Arrivals {
+pub(crate) struct Arrivals {
     queue: String,
     expected: u64,
     connection: Connection,
@@ -46,7 +46,7 @@ pub(super) struct Arrivals {
 impl Arrivals {
     /// Starts consuming; `expected` deliveries make the total (tenths and completion are timed);
     /// with `record`, every delivery's event id and arrival time are kept.
-    pub(super) async fn start(target: Target<'_>, expected: u64, record: bool) -> Result<Self, BoxError> {
+    pub(crate) async fn start(target: Target<'_>, expected: u64, record: bool) -> Result<Self, BoxError> {
         let what = format!("a consumer on queue {}", target.queue);
         let connection = outbox_amqp::connect(target.url, "outbox-bench-arrivals", FLOOR)
             .await
@@ -106,7 +106,7 @@ impl Arrivals {
     }
 
     /// Fails if the consumer's stream ended before every expected delivery arrived.
-    pub(super) fn check_consuming(&self) -> Result<(), BoxError> {
+    pub(crate) fn check_consuming(&self) -> Result<(), BoxError> {
         match self.seen.ended.get() {
             Some(how) if self.all().is_none() => {
                 Err(format!("the consumer on queue {} {how} after {} deliveries", self.queue, self.count()).into())
@@ -117,7 +117,7 @@ impl Arrivals {
 
     /// What the consumer saw: `120 of 10000 delivered to the consumer on queue q`, and how its
     /// stream ended if it did.
-    pub(super) fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let count = self.count();
         let mut seen = if self.expected == u64::MAX {
             format!("{count} delivered to the consumer on queue {}", self.queue)
@@ -131,7 +131,7 @@ impl Arrivals {
     }
 
     /// Deliveries so far.
-    pub(super) fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         self.seen.count.load(Ordering::Relaxed)
     }
 
@@ -152,7 +152,7 @@ impl Arrivals {
     /// Cancels the consumer and closes its connection; returns what it recorded.
     /// The cancel and the close may each take [`FLOOR`]; a consumer whose cancel is not answered
     /// is dropped with its connection, and the error says so.
-    pub(super) async fn stop(self) -> Result<Vec<(Uuid, Instant)>, BoxError> {
+    pub(crate) async fn stop(self) -> Result<Vec<(Uuid, Instant)>, BoxError> {
         let cancel = self.channel.basic_cancel(self.tag.clone(), BasicCancelOptions::default());
         let what = format_args!("the broker to cancel the consumer on queue {}", self.queue);
         let cancelled = within_seeing(what, FLOOR, cancel, || Some(self.describe())).await;

@@ -193,25 +193,25 @@ fn with_stop(drained: Result<Drained, BoxError>, stopped: &Result<(), BoxError>)
 
 /// What the drain phase measured.
 #[derive(Debug)]
-pub(super) struct Drain {
-    pub(super) rate: f64,
-    pub(super) peak_rss_mib: f64,
+pub(crate) struct Drain {
+    pub(crate) rate: f64,
+    pub(crate) peak_rss_mib: f64,
     /// CPU spent by the relay process, its backends and the broker during the drain.
-    pub(super) cpu: Spent,
+    pub(crate) cpu: Spent,
 }
 
 /// What the relay process of a drain runs with.
 #[derive(Debug, Clone, Copy, Default)]
-pub(super) struct RelayChild {
+pub(crate) struct RelayChild {
     /// The relay's gauge interval (0: no gauges), its default when `None`.
-    pub(super) gauge_interval_ms: Option<u64>,
+    pub(crate) gauge_interval_ms: Option<u64>,
     /// Payloads sealed with the benchmark's key, opened by the relay.
-    pub(super) sealed: bool,
+    pub(crate) sealed: bool,
 }
 
 /// Fills a backlog, drains it with the relay process and returns its rate and the process's peak
 /// RSS.
-pub(super) async fn drain_in_child(
+pub(crate) async fn drain_in_child(
     db: &TestDb,
     target: Target<'_>,
     backlog: Backlog,

@@ -26,7 +26,7 @@ const STOP_LIMIT: Duration = SHUTDOWN_DEADLINE.saturating_add(FLOOR);
 /// `gauge_interval_ms`: its gauge interval (0: no gauges), the default when `None`. The relay
 /// runs as a task of its own (not [`Relay::spawn`], whose handle cannot abort a shutdown), so that
 /// a relay that does not shut down within [`STOP_LIMIT`] is aborted.
-pub(super) struct InProcess {
+pub(crate) struct InProcess {
     pool: PgPool,
     publisher: AmqpPublisher,
     stop: oneshot::Sender<()>,
@@ -34,7 +34,7 @@ pub(super) struct InProcess {
 }
 
 impl InProcess {
-    pub(super) async fn start(
+    pub(crate) async fn start(
         db: &TestDb,
         target: Target<'_>,
         gauge_interval_ms: Option<u64>,
@@ -90,13 +90,13 @@ impl InProcess {
     }
 
     /// Fails if the relay task has ended (it runs until [`InProcess::stop`]).
-    pub(super) fn check_running(&self) -> Result<(), BoxError> {
+    pub(crate) fn check_running(&self) -> Result<(), BoxError> {
         if self.task.is_finished() { Err("the relay task ended during the drain".into()) } else { Ok(()) }
     }
 
     /// Shuts the relay down gracefully, aborting it after [`STOP_LIMIT`]; closes its publisher and
     /// pool.
-    pub(super) async fn stop(mut self) -> Result<(), BoxError> {
+    pub(crate) async fn stop(mut self) -> Result<(), BoxError> {
         let _ = self.stop.send(());
         let stopped = match tokio::time::timeout(STOP_LIMIT, &mut self.task).await {
             Ok(Ok(ended)) => ended.map_err(BoxError::from),

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use outbox_producer::Outbox;
 use outbox_testkit::TestDb;
-use sqlx::Connection as _;
 use sqlx::postgres::PgPoolOptions;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -20,7 +19,7 @@ use super::target::Target;
 use crate::counters;
 use crate::error::BoxError;
 use crate::figure::comment;
-use crate::producer::event;
+use crate::producer::commit_one;
 use crate::wait::{FLOOR, Progress, allow, join_tasks, until};
 
 /// Producer tasks of the latency phase, each committing one event per tick.
@@ -31,7 +30,7 @@ const LATENCY_ENTITIES: u64 = 100;
 const TICK: Duration = Duration::from_millis(10);
 
 /// The relay's histograms that show where an event's time goes, and what each measures.
-const RELAY_STAGES: [(&str, &str); 5] = [
+pub(crate) const RELAY_STAGES: [(&str, &str); 5] = [
     ("outbox_event_age_at_claim_seconds", "event age when claimed"),
     ("outbox_relay_claim_seconds", "claim statement"),
     ("outbox_publish_to_confirm_seconds", "publish to confirm"),
@@ -194,7 +193,7 @@ fn report_stages() {
 }
 
 /// Nearest-rank percentile of sorted values.
-fn percentile(sorted: &[f64], p: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     let rank = (p * sorted.len() as f64).ceil() as usize;
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
@@ -228,10 +227,8 @@ async fn produce(db: &TestDb, plan: Plan) -> Result<Vec<Commit>, BoxError> {
                     break;
                 }
                 let order = i64::try_from(producer + PRODUCERS * (n % (LATENCY_ENTITIES / PRODUCERS)) + 1)?;
-                let mut tx = conn.begin().await?;
-                let id = outbox.enqueue(&mut tx, event(order)?.entity(format!("order-{order}"))).await?;
-                tx.commit().await?;
-                commits.push(Commit { id: *id.as_uuid(), at: Instant::now(), measured: tick >= measure_from });
+                let id = commit_one(&mut conn, &outbox, order).await?;
+                commits.push(Commit { id, at: Instant::now(), measured: tick >= measure_from });
             }
             Ok::<_, BoxError>(commits)
         });

@@ -63,14 +63,17 @@ mod target;
 
 use outbox_testkit::TestBroker;
 
+pub(crate) use self::arrivals::Arrivals;
 use self::ceiling::ceiling;
-pub(crate) use self::drain::ANY_PENDING;
-use self::drain::{RelayChild, drain_in_child, drain_in_process};
+use self::drain::drain_in_process;
+pub(crate) use self::drain::{ANY_PENDING, RelayChild, drain_in_child};
 pub(crate) use self::fill::enqueue_spread;
+pub(crate) use self::in_process::InProcess;
 use self::latency::measure_latency;
-pub(crate) use self::plan::Plan;
+pub(crate) use self::latency::{RELAY_STAGES, percentile};
+pub(crate) use self::plan::{Backlog, Plan};
 pub(crate) use self::process::{ProcessArgs, process};
-use self::target::Target;
+pub(crate) use self::target::Target;
 use crate::db::with_db;
 use crate::error::BoxError;
 use crate::figure::{Value, comment, figure};
@@ -100,7 +103,7 @@ pub(crate) async fn run(plan: Plan) -> Result<(), BoxError> {
 
 /// Declares a durable topic exchange and a queue (with `arguments`) bound to it with `#`, named
 /// after `base`; returns their names.
-async fn topology(
+pub(crate) async fn topology(
     broker: &TestBroker,
     base: &str,
     arguments: lapin::types::FieldTable,

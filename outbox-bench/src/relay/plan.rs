@@ -6,10 +6,10 @@ use std::time::Duration;
 /// A backlog to drain: its size, its entities, and how long the drain may take before it is cut
 /// off (far longer than a relay near its targets needs; a cut-off drain counts what it published).
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Backlog {
-    pub(super) events: u64,
-    pub(super) entities: u64,
-    pub(super) limit: Duration,
+pub(crate) struct Backlog {
+    pub(crate) events: u64,
+    pub(crate) entities: u64,
+    pub(crate) limit: Duration,
 }
 
 /// Sizes and durations of one benchmark run.

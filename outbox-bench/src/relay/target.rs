@@ -8,16 +8,16 @@ use crate::wait::{FLOOR, within};
 
 /// Where every phase publishes and consumes.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Target<'a> {
-    pub(super) url: &'a str,
-    pub(super) exchange: &'a str,
-    pub(super) queue: &'a str,
+pub(crate) struct Target<'a> {
+    pub(crate) url: &'a str,
+    pub(crate) exchange: &'a str,
+    pub(crate) queue: &'a str,
     /// The test broker's channel, for purging.
-    pub(super) admin: &'a Channel,
+    pub(crate) admin: &'a Channel,
 }
 
 impl Target<'_> {
-    pub(super) async fn purge(&self) -> Result<(), BoxError> {
+    pub(crate) async fn purge(&self) -> Result<(), BoxError> {
         let purge = self.admin.queue_purge(self.queue.into(), QueuePurgeOptions::default());
         within(format_args!("the purge of queue {}", self.queue), FLOOR, purge).await?;
         Ok(())

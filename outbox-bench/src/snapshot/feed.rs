@@ -1,0 +1,127 @@
+//! Keeping the inbox's queue full for as long as a run lasts. A queue filled beforehand for ten
+//! minutes of applying would hold millions of messages, so the feeder publishes [`LOW`] messages
+//! before the consumer starts and another chunk whenever fewer than [`LOW`] are ready: the consumer
+//! never waits for work (publishing a chunk takes a few seconds at most, and [`LOW`] lasts longer
+//! than that at the inbox's rate), and the queue never holds more than [`LOW`] and a chunk.
+//!
+//! The events continue one stream: event `i` belongs to entity `i % entities` with sequence
+//! `i / entities + 1` ([`wire_message`]), so every entity's sequence is gapless and the inbox
+//! applies each event in turn.
+
+use std::time::Duration;
+
+use lapin::Channel;
+use lapin::options::QueueDeclareOptions;
+use lapin::types::FieldTable;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::amqp::{publish_confirmed, wire_message};
+use crate::error::BoxError;
+use crate::producer::EVENT_TYPE;
+use crate::wait::{FLOOR, allow_for, within};
+
+/// Messages per chunk.
+const CHUNK: u64 = 20_000;
+/// The ready messages below which the next chunk is published.
+const LOW: u64 = 2 * CHUNK;
+/// How often the feeder reads the queue's depth.
+const POLL: Duration = Duration::from_millis(100);
+/// Messages per second that publishing a chunk still reaches on a slow, busy host, for the
+/// deadline of a feeder's stop.
+const PUBLISH_RATE: u64 = 5_000;
+
+/// Where the feeder publishes, and how it reads the queue's depth.
+#[derive(Clone)]
+pub(super) struct Queue {
+    pub(super) url: String,
+    pub(super) exchange: String,
+    pub(super) name: String,
+    /// A channel of the benchmark's broker connection, for passive declarations.
+    pub(super) channel: Channel,
+}
+
+/// What a feeder did: the messages it published, and the fewest ready in the queue it saw once
+/// the consumer ran (0: the consumer may have waited for work).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Fed {
+    pub(super) published: u64,
+    pub(super) least_ready: u32,
+}
+
+/// The feeder, running.
+pub(super) struct Feeder {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<Result<Fed, BoxError>>,
+}
+
+impl Feeder {
+    /// Publishes the first [`LOW`] events over `entities`, then keeps feeding in a task of its own
+    /// until [`Feeder::stop`].
+    pub(super) async fn start(queue: Queue, entities: u64) -> Result<Self, BoxError> {
+        let mut published = 0;
+        while published < LOW {
+            publish(&queue, published, entities).await?;
+            published += CHUNK;
+        }
+        let (stop, stopping) = oneshot::channel();
+        let task = tokio::spawn(feed(queue, entities, published, stopping));
+        Ok(Self { stop, task })
+    }
+
+    /// Fails if the feeder has ended (it runs until stopped).
+    pub(super) fn check(&self) -> Result<(), BoxError> {
+        if self.task.is_finished() { Err("the feeder of the queue ended early".into()) } else { Ok(()) }
+    }
+
+    /// Stops the feeder (after the chunk it may be publishing) and returns what it did.
+    pub(super) async fn stop(mut self) -> Result<Fed, BoxError> {
+        let _ = self.stop.send(());
+        let limit = FLOOR + allow_for(CHUNK, PUBLISH_RATE);
+        match tokio::time::timeout(limit, &mut self.task).await {
+            Ok(ended) => ended?,
+            Err(_) => {
+                self.task.abort();
+                Err(format!("waited {limit:?} for the feeder of the queue to stop (aborted)").into())
+            }
+        }
+    }
+}
+
+/// Publishes chunks whenever the queue's ready messages fall below [`LOW`], until `stopping`; the
+/// stream goes on after the `published` events of the first fill.
+async fn feed(
+    queue: Queue,
+    entities: u64,
+    published: u64,
+    mut stopping: oneshot::Receiver<()>,
+) -> Result<Fed, BoxError> {
+    let mut fed = Fed { published, least_ready: u32::MAX };
+    loop {
+        tokio::select! {
+            _ = &mut stopping => return Ok(fed),
+            () = tokio::time::sleep(POLL) => {}
+        }
+        let ready = depth(&queue).await?;
+        fed.least_ready = fed.least_ready.min(ready);
+        if u64::from(ready) < LOW {
+            publish(&queue, fed.published, entities).await?;
+            fed.published += CHUNK;
+        }
+    }
+}
+
+/// The ready messages of the queue (a passive declaration, within [`FLOOR`]).
+async fn depth(queue: &Queue) -> Result<u32, BoxError> {
+    let options = QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() };
+    let declared = queue.channel.queue_declare(queue.name.as_str().into(), options, FieldTable::default());
+    let what = format!("the depth of queue {}", queue.name);
+    Ok(within(what, FLOOR, declared).await?.message_count())
+}
+
+/// Publishes events `from` to `from + CHUNK` of the stream, with confirms.
+async fn publish(queue: &Queue, from: u64, entities: u64) -> Result<(), BoxError> {
+    let messages = (0..usize::try_from(CHUNK)?).map(|k| wire_message(from + k as u64, entities));
+    publish_confirmed(&queue.url, &queue.exchange, EVENT_TYPE, messages).await?;
+    Ok(())
+}

@@ -1,0 +1,114 @@
+//! Part 4, the inbox: how many deliveries per second the consumer process of the consumer
+//! benchmark handles (the inbox middleware and its `shipments` upsert, runner defaults) on 10 hot
+//! entities and on 1,000, free and with a snapshot held, at the end of a long run. Every delivery
+//! writes an `inbox_events` row and moves its entity's row in `inbox_entities` and `shipments`;
+//! with the snapshot held none of their dead versions can be removed.
+//!
+//! The queue is kept full by a feeder ([`super::feed`]), so the rate is the inbox's capacity; the
+//! count of handled deliveries (applied, parked, dropped as duplicates) is read from the process
+//! every sample. Each run has a queue of its own, purged at the end.
+
+use outbox_consumer::RunnerStats;
+use outbox_testkit::{TestBroker, TestDb};
+use tokio::time::Instant;
+
+use super::compare::free_and_held;
+use super::feed::{Fed, Feeder, Queue};
+use super::plan::Plan;
+use super::series::{Series, sample};
+use crate::consumer::{CREATE_SHIPMENTS, declare_queue, format_stats, handled, spawn_consumer, stats};
+use crate::error::BoxError;
+use crate::figure::comment;
+use crate::process::Subprocess;
+use crate::producer::EVENT_TYPE;
+use crate::wait::{FLOOR, within};
+
+/// Runs the part and prints `snapshot_inbox_{hot,many}_{free,held,ratio}`: deliveries handled per
+/// second over the last window of each run ([`Plan::window`]).
+pub(super) async fn inbox(broker: &TestBroker, plan: Plan) -> Result<(), BoxError> {
+    let declared = broker.declare_exchange("bench.snapshot.inbox", lapin::ExchangeKind::Topic);
+    let exchange = within("the declaration of exchange bench.snapshot.inbox", FLOOR, declared).await?;
+    comment(format_args!(
+        "inbox: the consumer process (runner defaults, InboxLayer, shipments upsert) on a queue kept full, for {:?}; \
+         the rate over the last {:?}",
+        plan.load,
+        plan.window()
+    ));
+    let run = async |db: &TestDb, entities, label: &str| apply(db, broker, &exchange, plan, entities, label).await;
+    free_and_held("inbox", "events/s", run).await
+}
+
+/// One run: a fresh queue kept full, the consumer process applying it for [`Plan::load`], sampled;
+/// the rate over the last window. The queue is purged at the end.
+async fn apply(
+    db: &TestDb,
+    broker: &TestBroker,
+    exchange: &str,
+    plan: Plan,
+    entities: u64,
+    label: &str,
+) -> Result<f64, BoxError> {
+    within("the table shipments", FLOOR, sqlx::raw_sql(CREATE_SHIPMENTS).execute(db.pool())).await?;
+    let name = broker.name(&format!("bench.snapshot.{}", label.replace(' ', ".")));
+    declare_queue(broker, exchange, &name, EVENT_TYPE).await?;
+    let queue =
+        Queue { url: broker.url().to_owned(), exchange: exchange.to_owned(), name, channel: broker.channel().clone() };
+    let outcome = async {
+        let feeder = Feeder::start(queue.clone(), entities).await?;
+        let consumed = consume(db, &queue, &feeder, plan, label).await;
+        let fed = feeder.stop().await;
+        let (series, stats) = consumed?;
+        Ok::<_, BoxError>((series, stats, fed?))
+    }
+    .await;
+    let purge = queue.channel.queue_purge(queue.name.as_str().into(), Default::default());
+    let purged = within(format_args!("the purge of queue {}", queue.name), FLOOR, purge).await;
+    let (series, stats, fed) = outcome?;
+    purged?;
+    report(label, &stats, fed);
+    Ok(series.rate_at_end(plan.load, plan.window()))
+}
+
+/// Runs the consumer process on the fed queue for [`Plan::load`], reading its count every sample;
+/// returns the series and its last counts. Fails if the feeder ends or the inbox finds an event
+/// stale or dead-letters one (the stream is gapless: neither may happen).
+async fn consume(
+    db: &TestDb,
+    queue: &Queue,
+    feeder: &Feeder,
+    plan: Plan,
+    label: &str,
+) -> Result<(Series, RunnerStats), BoxError> {
+    let mut process = spawn_consumer(&db.url(), &queue.url, &queue.name).await?;
+    let mut last = RunnerStats::default();
+    let sampled = sample(label, "deliveries", plan, Instant::now(), async || {
+        feeder.check()?;
+        last = checked(&mut process).await?;
+        Ok(handled(&last))
+    })
+    .await;
+    let stopped = process.stop().await;
+    let series = sampled?;
+    stopped?;
+    Ok((series, last))
+}
+
+/// The process's counts, failing on a stale or dead-lettered delivery.
+async fn checked(process: &mut Subprocess) -> Result<RunnerStats, BoxError> {
+    let counts = stats(process).await?;
+    if counts.stale > 0 || counts.dead_lettered > 0 {
+        return Err(format!("the inbox found events stale or dead-lettered them: {}", format_stats(&counts)).into());
+    }
+    Ok(counts)
+}
+
+/// The run's last counts and what the feeder did, as a `#` line.
+fn report(label: &str, stats: &RunnerStats, fed: Fed) {
+    let starved = if fed.least_ready == 0 { " (it ran empty: the consumer may have waited for work)" } else { "" };
+    comment(format_args!(
+        "{label}: {}; {} messages fed, at least {} ready in the queue{starved}",
+        format_stats(stats),
+        fed.published,
+        fed.least_ready
+    ));
+}
