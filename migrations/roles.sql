@@ -16,7 +16,8 @@
 -- the inbox's, the grants on the absent ones are left out):
 --
 -- relay     outbox_events: SELECT, UPDATE (claims and outcomes), DELETE (retention);
---           outbox_entity_sequences: SELECT (the gauges' largest gap);
+--           outbox_entity_sequences: SELECT, INSERT, UPDATE (retention keeps there the highest
+--           sequence it deleted per entity);
 --           outbox_relay_listeners: SELECT, INSERT, UPDATE, DELETE (it registers while it waits
 --           for a notification); outbox_idempotency_keys: SELECT, UPDATE, DELETE (retention of
 --           expired keys); _outbox_migrations: SELECT (its start-up check); the sequence of
@@ -29,8 +30,8 @@
 -- consumer  inbox_events: SELECT, INSERT, UPDATE, DELETE (retention); inbox_entities: SELECT,
 --           INSERT, UPDATE. Its own business tables are yours to grant, for example
 --           `GRANT SELECT, INSERT, UPDATE ON shipments TO outbox_consumer`.
--- producer  outbox_events: INSERT; outbox_entity_sequences: SELECT, INSERT, UPDATE (the counter
---           upsert reads the number it takes); outbox_relay_listeners: SELECT (the commit trigger
+-- producer  outbox_events: INSERT; EXECUTE on outbox_next_seq(text) (an entity's next sequence,
+--           read from its last event by the function's owner); outbox_relay_listeners: SELECT (the commit trigger
 --           looks for a waiting relay); outbox_idempotency_keys: SELECT, INSERT, UPDATE, DELETE
 --           (keyed enqueue takes a key, or an expired one over; a refused batch gives back the keys
 --           it took). Grant these to the application's own role, or grant the producer role to it:
@@ -94,19 +95,24 @@ BEGIN
     END LOOP;
     FOR g IN SELECT * FROM (VALUES
         ('outbox_events',           roles[1], 'SELECT, UPDATE, DELETE'),
-        ('outbox_entity_sequences', roles[1], 'SELECT'),
+        ('outbox_entity_sequences', roles[1], 'SELECT, INSERT, UPDATE'),
         ('outbox_relay_listeners',  roles[1], 'SELECT, INSERT, UPDATE, DELETE'),
         ('outbox_idempotency_keys', roles[1], 'SELECT, UPDATE, DELETE'),
         ('_outbox_migrations',      roles[1], 'SELECT'),
         ('inbox_events',            roles[2], 'SELECT, INSERT, UPDATE, DELETE'),
         ('inbox_entities',          roles[2], 'SELECT, INSERT, UPDATE'),
         ('outbox_events',           roles[3], 'INSERT'),
-        ('outbox_entity_sequences', roles[3], 'SELECT, INSERT, UPDATE'),
         ('outbox_relay_listeners',  roles[3], 'SELECT'),
         ('outbox_idempotency_keys', roles[3], 'SELECT, INSERT, UPDATE, DELETE')
     ) AS v(tbl, role, privileges) WHERE to_regclass(v.tbl) IS NOT NULL LOOP
         EXECUTE format('GRANT %s ON %I TO %I', g.privileges, g.tbl, g.role);
     END LOOP;
+    IF to_regprocedure('outbox_next_seq(text)') IS NOT NULL THEN
+        FOR g IN SELECT unnest(roles) AS role LOOP
+            EXECUTE format('REVOKE ALL ON FUNCTION outbox_next_seq(text) FROM %I', g.role);
+        END LOOP;
+        EXECUTE format('GRANT EXECUTE ON FUNCTION outbox_next_seq(text) TO %I', roles[3]);
+    END IF;
     IF to_regclass('outbox_events') IS NOT NULL THEN
         FOR g IN SELECT unnest(roles) AS role LOOP
             EXECUTE format('REVOKE ALL ON SEQUENCE %s FROM %I', pg_get_serial_sequence('outbox_events', 'position'), g.role);

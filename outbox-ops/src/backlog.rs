@@ -52,8 +52,8 @@ SELECT head.n, head.last,
        held.n, EXTRACT(EPOCH FROM now() - held.oldest)::float8,
        (SELECT count(*) FILTER (WHERE expired) FROM front),
        (SELECT count(*) FROM behind),
-       (SELECT COALESCE(max(s.last_seq - b.first + 1), 0) FROM behind b
-        JOIN outbox_entity_sequences s ON s.entity_key = b.entity_key),
+       (SELECT COALESCE(max(l.seq - b.first + 1), 0) FROM behind b,
+        LATERAL (SELECT max(seq) AS seq FROM outbox_events q WHERE q.entity_key = b.entity_key) l),
        (SELECT COALESCE(array_agg(kind ORDER BY kind), '{}') FROM kinds),
        (SELECT COALESCE(array_agg(n ORDER BY kind), '{}') FROM kinds)
 FROM head, held";

@@ -42,7 +42,8 @@ SELECT e.id, e.event_type, e.event_version, e.entity_key, e.seq, e.status, e.att
        e.last_error, e.created_at, e.published_at, e.quarantined_at,
        CASE WHEN e.next_attempt_at = 'infinity' THEN NULL ELSE e.next_attempt_at END AS next_attempt,
        e.lease_owner, e.lease_until, e.correlation_id, e.causation_id, e.payload_scrubbed_at,
-       e.payload_key_id, s.last_seq
+       e.payload_key_id,
+       greatest((SELECT max(q.seq) FROM outbox_events q WHERE q.entity_key = e.entity_key), s.last_seq) AS last_seq
 FROM outbox_events e LEFT JOIN outbox_entity_sequences s ON s.entity_key = e.entity_key "
     };
 }

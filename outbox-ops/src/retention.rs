@@ -8,8 +8,9 @@
 //! index-bound statement (`outbox_events_published`, `outbox_events_skipped`) that locks its rows
 //! with `SKIP LOCKED`, so several instances can clean at once without deadlocks or double work.
 //!
-//! The per-entity counters (`outbox_entity_sequences`) are never deleted: an entity whose rows are
-//! all gone still continues at its next number, so a sequence number is never reused. The relay
+//! A batch that deletes an entity's rows keeps the highest sequence it deleted in
+//! `outbox_entity_sequences` (never deleted), in the same statement: an entity whose rows are all
+//! gone still continues at its next number, so a sequence number is never reused. The relay
 //! treats a deleted predecessor as done (only published or skipped rows are deleted), so the
 //! order of later events is unaffected.
 
@@ -19,7 +20,9 @@ use sqlx::PgPool;
 
 use crate::{Error, Result};
 
-/// Deletes published rows older than `$1` seconds, oldest first, at most `$2`.
+/// Deletes published rows older than `$1` seconds, oldest first, at most `$2`, and keeps per entity
+/// the highest sequence deleted (`outbox_entity_sequences`), after which the entity's next event
+/// continues; returns how many were deleted.
 const DELETE_PUBLISHED: &str = "\
 WITH doomed AS (
     SELECT id FROM outbox_events
@@ -27,10 +30,18 @@ WITH doomed AS (
     ORDER BY published_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM outbox_events o USING doomed WHERE o.id = doomed.id AND o.status = 'published'
+    RETURNING o.entity_key, o.seq
+), floors AS (
+    INSERT INTO outbox_entity_sequences AS s (entity_key, last_seq)
+    SELECT entity_key, max(seq) FROM gone WHERE entity_key IS NOT NULL GROUP BY entity_key ORDER BY entity_key
+    ON CONFLICT (entity_key) DO UPDATE SET last_seq = greatest(s.last_seq, EXCLUDED.last_seq)
 )
-DELETE FROM outbox_events o USING doomed WHERE o.id = doomed.id AND o.status = 'published'";
+SELECT count(*) FROM gone";
 
-/// Deletes skipped rows quarantined more than `$1` seconds ago, oldest first, at most `$2`.
+/// Deletes skipped rows quarantined more than `$1` seconds ago, oldest first, at most `$2`, keeping
+/// per entity the highest sequence deleted as above.
 const DELETE_SKIPPED: &str = "\
 WITH doomed AS (
     SELECT id FROM outbox_events
@@ -38,8 +49,15 @@ WITH doomed AS (
     ORDER BY quarantined_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM outbox_events o USING doomed WHERE o.id = doomed.id AND o.status = 'skipped'
+    RETURNING o.entity_key, o.seq
+), floors AS (
+    INSERT INTO outbox_entity_sequences AS s (entity_key, last_seq)
+    SELECT entity_key, max(seq) FROM gone WHERE entity_key IS NOT NULL GROUP BY entity_key ORDER BY entity_key
+    ON CONFLICT (entity_key) DO UPDATE SET last_seq = greatest(s.last_seq, EXCLUDED.last_seq)
 )
-DELETE FROM outbox_events o USING doomed WHERE o.id = doomed.id AND o.status = 'skipped'";
+SELECT count(*) FROM gone";
 
 /// Clears the payload of published rows older than `$1` seconds, oldest first, at most `$2`. The
 /// batch starts at the newest row scrubbed so far (`outbox_events_scrubbed`), so it walks only over
@@ -239,7 +257,13 @@ impl Retention {
     }
 
     async fn batch(&self, pool: &PgPool, sql: &'static str, age: Duration) -> Result<u64> {
-        let n = sqlx::query(sql).bind(age.as_secs_f64()).bind(self.batch_size).execute(pool).await?.rows_affected();
+        let n = if sql == SCRUB_PUBLISHED {
+            sqlx::query(sql).bind(age.as_secs_f64()).bind(self.batch_size).execute(pool).await?.rows_affected()
+        } else {
+            let deleted: i64 =
+                sqlx::query_scalar(sql).bind(age.as_secs_f64()).bind(self.batch_size).fetch_one(pool).await?;
+            u64::try_from(deleted).unwrap_or(0)
+        };
         if n > 0 && sql == SCRUB_PUBLISHED {
             metrics::counter!(crate::metrics::RETENTION_SCRUBBED).increment(n);
             tracing::debug!(scrubbed = n, "outbox.retention_scrub_batch");

@@ -113,19 +113,17 @@ INSERT INTO outbox_events
      payload_key_id)
 VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10)";
 
+/// An ordered event: its sequence is the entity's next (`outbox_next_seq` waits for any other
+/// transaction enqueueing for the entity, then reads its last event).
 const INSERT_ORDERED: &str = "\
-WITH next AS (
-    INSERT INTO outbox_entity_sequences AS s (entity_key, last_seq) VALUES ($10, 1)
-    ON CONFLICT (entity_key) DO UPDATE SET last_seq = s.last_seq + 1
-    RETURNING last_seq
-)
 INSERT INTO outbox_events
     (id, event_type, event_version, payload, content_type, headers, correlation_id, causation_id, traceparent,
      entity_key, seq, payload_key_id)
-SELECT $1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10, next.last_seq, $11 FROM next";
+VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10, outbox_next_seq($10), $11)";
 
-/// One statement for a whole batch: arrays in, one counter upsert per distinct entity (taken in
-/// key order), consecutive sequence numbers within the batch in the order given.
+/// One statement for a whole batch: arrays in, the next sequence of each distinct entity taken
+/// once, in key order (so two batches never wait for each other in a circle; the function is
+/// evaluated after the sort), consecutive sequence numbers within the batch in the order given.
 const INSERT_MANY: &str = "\
 WITH input AS (
     SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::int8[], $4::bytea[], $5::text[], $6::text[],
@@ -135,15 +133,10 @@ WITH input AS (
 ), counts AS (
     SELECT entity_key, count(*) AS n FROM input WHERE entity_key IS NOT NULL GROUP BY entity_key
 ), next AS (
-    INSERT INTO outbox_entity_sequences AS s (entity_key, last_seq)
-    SELECT entity_key, n FROM counts ORDER BY entity_key
-    ON CONFLICT (entity_key) DO UPDATE SET last_seq = s.last_seq + EXCLUDED.last_seq
-    RETURNING entity_key, last_seq
+    SELECT entity_key, outbox_next_seq(entity_key) AS first FROM counts ORDER BY entity_key
 ), numbered AS (
-    SELECT i.*,
-           next.last_seq - counts.n + row_number() OVER (PARTITION BY i.entity_key ORDER BY i.ord) AS seq
+    SELECT i.*, next.first - 1 + row_number() OVER (PARTITION BY i.entity_key ORDER BY i.ord) AS seq
     FROM input i
-    LEFT JOIN counts USING (entity_key)
     LEFT JOIN next USING (entity_key)
 )
 INSERT INTO outbox_events
@@ -204,6 +197,12 @@ impl Outbox {
     /// failure instead, and the transaction is retried as such transactions always are). Enqueue
     /// the keyed event first in the transaction: a retried request then stops before its business
     /// change, and a `?` rolls that change back.
+    ///
+    /// An event of an entity takes the entity's next sequence number: a second transaction
+    /// enqueueing for the same entity waits until this one ends. Under REPEATABLE READ, a
+    /// transaction whose snapshot is older than another's committed event of the entity fails with
+    /// a unique violation on `outbox_events_entity_seq` (retry it, as such transactions are);
+    /// SERIALIZABLE reports it as a serialization failure.
     ///
     /// # Errors
     /// [`Error::InvalidEvent`] for a rejected event, [`Error::AlreadyEnqueued`] for a key already

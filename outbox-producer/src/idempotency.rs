@@ -45,19 +45,15 @@ SELECT $1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $12 FROM key"
 );
 
 /// An ordered event (entity `$10`) with a key (`$11`), a window (`$12`) and its payload's key id
-/// (`$13`): the entity's counter moves, and the event is written, only if the key was taken, so a
-/// refused key leaves no gap.
+/// (`$13`): the entity's next sequence is taken, and the event written, only if the key was taken,
+/// so a refused key leaves no gap.
 pub(crate) const KEYED_ORDERED: &str = concat!(
     take_key!("$11", "$12"),
-    ", next AS (
-    INSERT INTO outbox_entity_sequences AS s (entity_key, last_seq) SELECT $10, 1 FROM key
-    ON CONFLICT (entity_key) DO UPDATE SET last_seq = s.last_seq + 1
-    RETURNING last_seq
-)
+    "
 INSERT INTO outbox_events
     (id, event_type, event_version, payload, content_type, headers, correlation_id, causation_id, traceparent,
      entity_key, seq, payload_key_id)
-SELECT $1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10, next.last_seq, $13 FROM next"
+SELECT $1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10, outbox_next_seq($10), $13 FROM key"
 );
 
 /// The event that holds a live key.

@@ -126,6 +126,25 @@ async fn enqueue(producer: &PgPool, batch: usize) {
     tx.commit().await.expect("commit");
 }
 
+/// Retention, as the relay role, deletes the `2 * EVENTS` published rows and keeps each entity's
+/// last sequence; the producer role's next event of an entity whose rows are all gone continues
+/// after it.
+async fn retention_continues_each_entity(relay: &PgPool, producer: &PgPool, owner: &PgPool) {
+    let retention = outbox_ops::Retention::builder(Duration::ZERO).build().expect("retention");
+    assert_eq!(retention.run(relay).await.expect("retention as the relay role"), 2 * EVENTS as u64);
+    assert_eq!(count(owner, "SELECT count(*) FROM outbox_events").await, 0);
+    let mut tx = producer.begin().await.expect("begin");
+    let next = NewEvent::json("order.placed", &0).expect("json").entity("order-1-0");
+    let id = Outbox::new().enqueue(&mut *tx, next).await.expect("enqueue after retention");
+    tx.commit().await.expect("commit");
+    let seq: i64 = sqlx::query_scalar("SELECT seq FROM outbox_events WHERE id = $1")
+        .bind(id.as_uuid())
+        .fetch_one(owner)
+        .await
+        .expect("the new event");
+    assert_eq!(seq, 2, "order-1-0 had sequence 1, deleted by retention");
+}
+
 /// A batch with a fresh key and a taken one, as the producer role: refused, committed anyway,
 /// it writes no event and leaves the fresh key free.
 async fn refused_batch_gives_back_its_keys(producer: &PgPool, owner: &PgPool) {
@@ -233,6 +252,7 @@ async fn each_role_does_its_part_and_nothing_else() {
     assert_denied(&consumer, "SELECT * FROM outbox_events").await;
     assert_denied(&consumer, "SELECT * FROM orders").await;
     runner.shutdown().await.expect("consumer shutdown");
+    retention_continues_each_entity(&relay_pool, &producer, h.pool()).await;
 
     running.signal("-TERM");
     let (status, lines) = running.finish(WAIT).await;

@@ -17,7 +17,8 @@ pub struct Snapshot {
     pub changes: Vec<Change>,
     /// The outbox rows.
     pub outbox: Vec<OutboxRow>,
-    /// `outbox_entity_sequences`: the last sequence committed per entity (never reused).
+    /// The last sequence committed per entity (never reused): of its last event, or the highest
+    /// retention deleted (`outbox_entity_sequences`).
     pub counters: HashMap<String, i64>,
     /// Deliveries at the broker, in arrival order, if recorded.
     pub deliveries: Option<Vec<EventRef>>,
@@ -75,10 +76,17 @@ pub(super) async fn read_outbox(pool: &PgPool, since: Option<DateTime<Utc>>) -> 
         .collect())
 }
 
-/// The last sequence committed per entity.
+/// The last sequence committed per entity: of its last event, or the highest retention deleted.
 pub(super) async fn read_counters(pool: &PgPool) -> Result<HashMap<String, i64>> {
-    let counters: Vec<(String, i64)> =
-        sqlx::query_as("SELECT entity_key, last_seq FROM outbox_entity_sequences").fetch_all(pool).await?;
+    let counters: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT entity_key, max(seq) FROM (
+             SELECT entity_key, seq FROM outbox_events WHERE entity_key IS NOT NULL
+             UNION ALL
+             SELECT entity_key, last_seq FROM outbox_entity_sequences
+         ) s GROUP BY entity_key",
+    )
+    .fetch_all(pool)
+    .await?;
     Ok(counters.into_iter().collect())
 }
 

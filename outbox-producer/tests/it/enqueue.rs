@@ -40,11 +40,11 @@ async fn stored(pool: &PgPool) -> Vec<(uuid::Uuid, Option<String>, Option<i64>)>
 }
 
 async fn last_seq(pool: &PgPool, key: &str) -> Option<i64> {
-    sqlx::query_scalar("SELECT last_seq FROM outbox_entity_sequences WHERE entity_key = $1")
+    sqlx::query_scalar("SELECT max(seq) FROM outbox_events WHERE entity_key = $1")
         .bind(key)
-        .fetch_optional(pool)
+        .fetch_one(pool)
         .await
-        .expect("select counter")
+        .expect("the entity's last sequence")
 }
 
 /// Eight transactions on one entity at once, a random subset rolling back, random pauses before
@@ -116,6 +116,30 @@ async fn concurrent_transactions_get_gapless_sequences_in_commit_order() {
         assert_eq!(total, 5, "round {round}: only committed events exist");
         assert_eq!(last_seq(&pool, &entity).await, Some(5));
     }
+    db.close().await.expect("drop db");
+}
+
+/// Under REPEATABLE READ, a transaction whose snapshot is older than another's committed event of
+/// the same entity cannot take the next number: its enqueue fails with a database error (the
+/// transaction is retried as such transactions are), and no number is taken twice.
+#[tokio::test]
+async fn a_repeatable_read_enqueue_behind_a_newer_event_fails_instead_of_reusing_its_number() {
+    let db = TestDb::new().await.expect("test db");
+    let pool = db.pool();
+    let outbox = Outbox::new();
+    let mut old = pool.begin().await.expect("begin");
+    sqlx::raw_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; SELECT 1")
+        .execute(&mut *old)
+        .await
+        .expect("snapshot");
+    let mut tx = pool.begin().await.expect("begin");
+    outbox.enqueue(&mut *tx, NewEvent::json("order.placed", &1).expect("json").entity("e")).await.expect("enqueue");
+    tx.commit().await.expect("commit");
+    let late = outbox.enqueue(&mut *old, NewEvent::json("order.placed", &2).expect("json").entity("e")).await;
+    assert!(matches!(late, Err(Error::Database(_))), "{late:?}");
+    old.rollback().await.expect("rollback");
+    assert_eq!(last_seq(pool, "e").await, Some(1));
+    assert_eq!(stored(pool).await.len(), 1);
     db.close().await.expect("drop db");
 }
 

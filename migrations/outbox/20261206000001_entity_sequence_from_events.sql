@@ -1,0 +1,31 @@
+-- The next sequence number of an entity is read from its last event rather than from a counter row
+-- that every enqueue updates. A row updated once per event grows a chain of row versions that
+-- vacuum cannot remove while another session holds an old snapshot (a long report, pg_dump, a
+-- forgotten idle transaction), and every later enqueue of that entity walked the whole chain. The
+-- entity's last event is found at the end of the unique (entity_key, seq) index whatever the history.
+--
+-- Enqueues of one entity wait for each other on a transaction-scoped advisory lock (class
+-- 1869968482, 'outb', and the hash of the entity key; two entities whose keys share a hash merely
+-- wait for each other), so the sequence still follows commit order and a rollback leaves no gap.
+-- The function is VOLATILE: under READ COMMITTED its query takes a fresh snapshot after the lock,
+-- and sees the event of the transaction it waited for. It runs as its owner, so producers need no
+-- privilege to read the outbox; only its owner and the roles granted EXECUTE may call it
+-- (migrations/roles.sql grants it to the producer role).
+--
+-- outbox_entity_sequences now keeps, per entity, the highest sequence retention deleted (and, for
+-- entities that existed before this migration, their last sequence then): an entity whose rows are
+-- all gone continues after it, and a number is never reused.
+CREATE FUNCTION outbox_next_seq(entity text) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(1869968482, hashtext(entity));
+    RETURN greatest(
+        (SELECT max(e.seq) FROM outbox_events e WHERE e.entity_key = entity),
+        (SELECT s.last_seq FROM outbox_entity_sequences s WHERE s.entity_key = entity),
+        0) + 1;
+END
+$$;
+
+REVOKE ALL ON FUNCTION outbox_next_seq(text) FROM PUBLIC;
