@@ -34,18 +34,22 @@ const PUBLISH_RATE: u64 = 5_000;
 /// Where the feeder publishes, and how it reads the queue's depth.
 #[derive(Clone)]
 pub(super) struct Queue {
+    /// The broker's URL.
     pub(super) url: String,
+    /// The exchange the events are published to, with the routing key the queue is bound with.
     pub(super) exchange: String,
+    /// The queue.
     pub(super) name: String,
     /// A channel of the benchmark's broker connection, for passive declarations.
     pub(super) channel: Channel,
 }
 
-/// What a feeder did: the messages it published, and the fewest ready in the queue it saw once
-/// the consumer ran (0: the consumer may have waited for work).
+/// What a feeder did.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Fed {
+    /// Messages published.
     pub(super) published: u64,
+    /// The fewest ready in the queue at any reading (0: the consumer may have waited for work).
     pub(super) least_ready: u32,
 }
 

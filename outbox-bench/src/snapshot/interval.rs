@@ -28,6 +28,7 @@ pub(super) struct Interval {
 /// What an interval measured.
 #[derive(Debug)]
 pub(super) struct Ended {
+    /// The highest backlog read in the interval.
     pub(super) backlog_max: u64,
     /// Commit-to-confirm times of the events confirmed in the interval, in ms.
     pub(super) latencies: Vec<f64>,
