@@ -1,6 +1,7 @@
 //! Inbox retention: a consumer's processed (and skipped) event ids are its deduplication record,
 //! kept for its dedup window and deleted after, in bounded batches. Parked and failed rows are
-//! never touched, nor the entities' last sequences: an ordered event delivered again after its id
+//! never touched, and the entities' last sequences are kept (a batch raises each entity's floor in
+//! `inbox_entities` to the highest processed sequence it deletes, in the same statement): an ordered event delivered again after its id
 //! was deleted is still dropped, as stale, by its sequence; only unordered events lose their
 //! duplicate check once their ids are gone, so the window is the time in which a duplicate of an
 //! unordered event is caught.
@@ -13,7 +14,9 @@ use crate::Result;
 
 /// Deletes up to `$3` of `$1`'s processed or skipped rows older than `$2` seconds, oldest first,
 /// through the index of processed rows by time, each locked with `SKIP LOCKED` so that several
-/// runners of one consumer share the work.
+/// runners of one consumer share the work; keeps each entity's last applied sequence as its floor
+/// (in key order, so two batches never wait for each other in a circle); returns how many rows
+/// were deleted.
 const PRUNE: &str = "\
 WITH doomed AS (
     SELECT event_id FROM inbox_events
@@ -21,9 +24,17 @@ WITH doomed AS (
     ORDER BY processed_at
     LIMIT $3
     FOR UPDATE SKIP LOCKED
+), gone AS (
+    DELETE FROM inbox_events i USING doomed
+    WHERE i.consumer = $1 AND i.event_id = doomed.event_id AND i.status IN ('processed', 'skipped')
+    RETURNING i.entity_key, i.seq, i.status
+), floors AS (
+    INSERT INTO inbox_entities AS e (consumer, entity_key, last_seq)
+    SELECT $1, entity_key, max(seq) FROM gone WHERE entity_key IS NOT NULL AND status = 'processed'
+    GROUP BY entity_key ORDER BY entity_key COLLATE \"C\"
+    ON CONFLICT (consumer, entity_key) DO UPDATE SET last_seq = greatest(e.last_seq, EXCLUDED.last_seq)
 )
-DELETE FROM inbox_events i USING doomed
-WHERE i.consumer = $1 AND i.event_id = doomed.event_id AND i.status IN ('processed', 'skipped')";
+SELECT count(*) FROM gone";
 
 /// Counts what [`prune`] would delete (for a dry run).
 const COUNT: &str = "\
@@ -36,13 +47,13 @@ WHERE consumer = $1 AND status IN ('processed', 'skipped') AND processed_at < no
 /// # Errors
 /// A database error.
 pub async fn prune(pool: &PgPool, consumer: &str, older_than: Duration, batch: i64) -> Result<u64> {
-    let deleted = sqlx::query(PRUNE)
+    let deleted: i64 = sqlx::query_scalar(PRUNE)
         .bind(consumer)
         .bind(older_than.as_secs_f64())
         .bind(batch.max(1))
-        .execute(pool)
-        .await?
-        .rows_affected();
+        .fetch_one(pool)
+        .await?;
+    let deleted = u64::try_from(deleted).unwrap_or(0);
     if deleted > 0 {
         metrics::counter!(crate::metrics::PRUNED, "consumer" => consumer.to_owned()).increment(deleted);
     }

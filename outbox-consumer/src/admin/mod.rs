@@ -61,12 +61,15 @@ pub struct FailedEvent {
 /// A database error.
 pub async fn list_gaps(pool: &PgPool, consumer: &str) -> Result<Vec<Gap>> {
     let rows: Vec<(String, i64, i64, i64, f64)> = sqlx::query_as(
-        "SELECT p.entity_key, coalesce(e.last_seq, 0), min(p.seq), count(*),
-                EXTRACT(EPOCH FROM now() - min(p.received_at))::float8
+        "SELECT p.entity_key,
+                coalesce(greatest(e.last_seq, (SELECT max(a.seq) FROM inbox_events a
+                                               WHERE a.consumer = p.consumer AND a.entity_key = p.entity_key
+                                                 AND a.status = 'processed')), 0),
+                min(p.seq), count(*), EXTRACT(EPOCH FROM now() - min(p.received_at))::float8
          FROM inbox_events p
          LEFT JOIN inbox_entities e ON e.consumer = p.consumer AND e.entity_key = p.entity_key
          WHERE p.consumer = $1 AND p.status = 'parked'
-         GROUP BY p.entity_key, e.last_seq
+         GROUP BY p.consumer, p.entity_key, e.last_seq
          ORDER BY min(p.received_at)",
     )
     .bind(consumer)

@@ -1,4 +1,11 @@
-//! The inbox's SQL. Every statement is served by a primary key or `inbox_events_parked`.
+//! The inbox's SQL. Every statement is served by a primary key, `inbox_events_parked` or
+//! `inbox_events_applied`.
+//!
+//! An entity's last applied sequence is the greater of its row in `inbox_entities` (a floor: where
+//! it started, where an operator moved it past a gap, what retention deleted) and its last
+//! processed event. Applying an event writes only the event's row: a row of `inbox_entities`
+//! updated per event would grow a chain of versions that vacuum cannot remove while another
+//! session holds an old snapshot.
 
 use std::time::SystemTime;
 
@@ -9,20 +16,17 @@ use uuid::Uuid;
 
 use crate::{Error, Result};
 
-/// Locks the entity's row for this consumer (creating it at `initial`) and returns its last
-/// applied sequence. Held until the transaction ends, so deliveries of one entity are handled one
-/// at a time, across every process of the consumer.
+/// Locks the entity for this consumer (creating it at `initial`) and returns its last applied
+/// sequence (`inbox_lock_entity`: an advisory lock, then a read with a fresh snapshot). Held until
+/// the transaction ends, so deliveries of one entity are handled one at a time, across every
+/// process of the consumer.
 pub(crate) async fn lock_entity(conn: &mut PgConnection, consumer: &str, key: &str, initial: i64) -> Result<i64> {
-    Ok(sqlx::query_scalar(
-        "INSERT INTO inbox_entities (consumer, entity_key, last_seq) VALUES ($1, $2, $3)
-         ON CONFLICT (consumer, entity_key) DO UPDATE SET last_seq = inbox_entities.last_seq
-         RETURNING last_seq",
-    )
-    .bind(consumer)
-    .bind(key)
-    .bind(initial)
-    .fetch_one(conn)
-    .await?)
+    Ok(sqlx::query_scalar("SELECT inbox_lock_entity($1, $2, $3)")
+        .bind(consumer)
+        .bind(key)
+        .bind(initial)
+        .fetch_one(conn)
+        .await?)
 }
 
 /// Moves the entity (locked by [`lock_entity`]) to `seq`; returns whether its next event is
@@ -69,11 +73,9 @@ pub(crate) async fn admit_batch(
              SELECT * FROM unnest($2::uuid[], $3::text[], $4::int8[], $5::int8[]) WITH ORDINALITY
                  AS i(event_id, entity_key, seq, initial, n)
          ), entity AS (
-             INSERT INTO inbox_entities (consumer, entity_key, last_seq)
-             SELECT $1, i.entity_key, i.initial FROM input i WHERE i.entity_key IS NOT NULL
+             SELECT i.entity_key, inbox_lock_entity($1, i.entity_key, i.initial) AS last_seq
+             FROM input i WHERE i.entity_key IS NOT NULL
              ORDER BY i.entity_key COLLATE \"C\"
-             ON CONFLICT (consumer, entity_key) DO UPDATE SET last_seq = inbox_entities.last_seq
-             RETURNING entity_key, last_seq
          ), seen AS (
              INSERT INTO inbox_events (consumer, event_id, entity_key, seq, status, attempts, processed_at)
              SELECT $1, i.event_id, i.entity_key, i.seq, 'processed', 1, now() FROM input i
@@ -99,11 +101,13 @@ pub(crate) async fn admit_batch(
 /// [`advance`] for several entities (each once) in one statement; returns the keys of those whose
 /// next event is parked (read under the entities' locks, as in [`advance`]).
 ///
-/// The entities are locked, so each row exists: the update is written as an upsert because
-/// `ON CONFLICT` always finds its row through the primary key. An `UPDATE` joined with the array
-/// gets its plan from the table's statistics, and the generic plan a prepared statement keeps may
-/// be one made while the table was nearly empty, which reads every entity of the consumer per
-/// batch.
+/// An entity whose event at `seq` is processed is there already, and its row is not written (the
+/// usual case: the event just applied). Only a move past events that were not applied (an
+/// operator skipping a gap or a failed event) raises the entity's floor. The entities are locked,
+/// so each row exists: the update is written as an upsert because `ON CONFLICT` always finds its
+/// row through the primary key. An `UPDATE` joined with the array gets its plan from the table's
+/// statistics, and the generic plan a prepared statement keeps may be one made while the table
+/// was nearly empty, which reads every entity of the consumer per batch.
 pub(crate) async fn advance_batch(
     conn: &mut PgConnection,
     consumer: &str,
@@ -111,15 +115,20 @@ pub(crate) async fn advance_batch(
     seqs: &[i64],
 ) -> Result<Vec<String>> {
     Ok(sqlx::query_scalar(
-        "WITH moved AS (
+        "WITH input AS (
+             SELECT * FROM unnest($2::text[], $3::int8[]) AS i(entity_key, seq)
+         ), moved AS (
              INSERT INTO inbox_entities AS e (consumer, entity_key, last_seq)
-             SELECT $1, i.entity_key, i.seq FROM unnest($2::text[], $3::int8[]) AS i(entity_key, seq)
-             ON CONFLICT (consumer, entity_key) DO UPDATE SET last_seq = EXCLUDED.last_seq, updated_at = now()
-             RETURNING e.entity_key, e.last_seq
+             SELECT $1, i.entity_key, i.seq FROM input i
+             WHERE NOT EXISTS (SELECT 1 FROM inbox_events a
+                               WHERE a.consumer = $1 AND a.entity_key = i.entity_key AND a.seq = i.seq
+                                 AND a.status = 'processed')
+             ON CONFLICT (consumer, entity_key) DO UPDATE SET last_seq = greatest(e.last_seq, EXCLUDED.last_seq),
+                                                             updated_at = now()
          )
-         SELECT m.entity_key FROM moved m
+         SELECT m.entity_key FROM input m
          WHERE (SELECT EXISTS (SELECT 1 FROM inbox_events p
-                               WHERE p.consumer = $1 AND p.entity_key = m.entity_key AND p.seq = m.last_seq + 1
+                               WHERE p.consumer = $1 AND p.entity_key = m.entity_key AND p.seq = m.seq + 1
                                  AND p.status = 'parked'))",
     )
     .bind(consumer)
@@ -313,7 +322,10 @@ pub(crate) async fn ready_entities(conn: &mut PgConnection, consumer: &str, limi
     Ok(sqlx::query_scalar(
         "SELECT p.entity_key FROM inbox_events p
          JOIN inbox_entities e ON e.consumer = p.consumer AND e.entity_key = p.entity_key
-         WHERE p.consumer = $1 AND p.status = 'parked' AND p.seq = e.last_seq + 1
+         WHERE p.consumer = $1 AND p.status = 'parked'
+           AND p.seq = greatest(e.last_seq, (SELECT max(a.seq) FROM inbox_events a
+                                             WHERE a.consumer = p.consumer AND a.entity_key = p.entity_key
+                                               AND a.status = 'processed')) + 1
          LIMIT $2",
     )
     .bind(consumer)
