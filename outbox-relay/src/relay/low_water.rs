@@ -18,11 +18,11 @@
 //! A look below it also runs on its own, paced by its cost (at most about 1% of the time), for
 //! anything no signal announces (a row made due by hand in SQL).
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::shared::Shared;
+use sqlx::PgPool;
+
 use crate::Result;
 use crate::store;
 
@@ -85,10 +85,11 @@ struct Tracker {
 }
 
 /// Keeps the relay's low water: looks every `LOOK_EVERY` while claims take rows, and below it when
-/// asked or when due. Runs only if positions are drawn in time order (an identity without a
-/// cache); otherwise the claim scans from the start, as it would without this task.
-pub(super) async fn keep<P>(shared: Arc<Shared<P>>) {
-    match store::position_cache(&shared.pool).await {
+/// asked or when due, at least every `recheck`. Runs only if positions are drawn in time order (an
+/// identity without a cache); otherwise the claim scans from the start, as it would without this
+/// task.
+pub(super) async fn keep(pool: &PgPool, low_water: &LowWater, recheck: Duration) {
+    match store::position_cache(pool).await {
         Ok(1) => {}
         Ok(cache) => {
             tracing::warn!(cache, "outbox_events.position draws positions in blocks; the claim scans the whole queue");
@@ -96,13 +97,13 @@ pub(super) async fn keep<P>(shared: Arc<Shared<P>>) {
         }
         Err(e) => tracing::debug!(error = %e, "cannot read how positions are drawn; assuming one at a time"),
     }
-    let mut tracker = Tracker { recheck: shared.settings.recheck_passed_rows, ..Tracker::default() };
+    let mut tracker = Tracker { recheck, ..Tracker::default() };
     let mut tick = tokio::time::interval(LOOK_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
     loop {
         tick.tick().await;
-        match tracker.look(&shared.pool, &shared.low_water).await {
+        match tracker.look(pool, low_water).await {
             Ok(()) => failing = false,
             Err(e) if !failing => {
                 failing = true;
@@ -122,7 +123,7 @@ impl Tracker {
     /// One look: moves the low water if the candidate's writers are over and takes a new candidate
     /// (while claims take rows, or until the low water reached the last candidate), and looks below
     /// the low water if that is asked for or due.
-    async fn look(&mut self, pool: &sqlx::PgPool, low_water: &LowWater) -> Result<()> {
+    async fn look(&mut self, pool: &PgPool, low_water: &LowWater) -> Result<()> {
         let behind = self.candidate.as_ref().is_none_or(|c| c.position > low_water.position());
         if low_water.claimed.swap(false, Ordering::SeqCst) || behind {
             self.advance(pool, low_water).await?;
@@ -137,7 +138,7 @@ impl Tracker {
 
     /// Moves the low water to the candidate (or the first pending row before it) once the
     /// candidate's writers are over, then takes a new candidate.
-    async fn advance(&mut self, pool: &sqlx::PgPool, low_water: &LowWater) -> Result<()> {
+    async fn advance(&mut self, pool: &PgPool, low_water: &LowWater) -> Result<()> {
         let settled = match &self.candidate {
             Some(c) => settled(c, &store::writers(pool).await?),
             None => false,
@@ -159,7 +160,7 @@ impl Tracker {
     }
 
     /// Looks for a due row below the low water; lowers the low water to it.
-    async fn look_below(&mut self, pool: &sqlx::PgPool, low_water: &LowWater) -> Result<()> {
+    async fn look_below(&mut self, pool: &PgPool, low_water: &LowWater) -> Result<()> {
         let started = Instant::now();
         let below = low_water.position();
         let found = store::pending_below(pool, below).await?;

@@ -115,7 +115,13 @@ impl<P: Publisher> Relay<P> {
             let gauges = tokio::spawn(tasks::gauges(self.shared.clone()).in_current_span());
             let summary = tokio::spawn(tasks::summarize(self.shared.clone()).in_current_span());
             let retention = tokio::spawn(tasks::retention(self.shared.clone()).in_current_span());
-            let low_water = tokio::spawn(low_water::keep(self.shared.clone()).in_current_span());
+            let low_water = {
+                let shared = self.shared.clone();
+                let recheck = s.recheck_passed_rows;
+                tokio::spawn(
+                    async move { low_water::keep(&shared.pool, &shared.low_water, recheck).await }.in_current_span(),
+                )
+            };
             tracing::info!(batch_size = s.batch_size, confirm_window = s.confirm_window, "relay started");
 
             tokio::pin!(shutdown);
