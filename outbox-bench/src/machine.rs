@@ -1,4 +1,5 @@
-//! What a run was measured on: processors, memory, and the database server's durability settings.
+//! What a run was measured on: processors, memory, and the database server's durability and
+//! autovacuum settings.
 
 use sqlx::PgPool;
 
@@ -6,10 +7,11 @@ use crate::figure::comment;
 use crate::process::status_kib;
 use crate::wait::{FLOOR, within};
 
-/// The PostgreSQL settings that decide commit cost, in the order they are printed.
+/// The PostgreSQL settings that decide commit cost, and whether autovacuum runs (without it no
+/// table is vacuumed or analyzed unless a benchmark does it), in the order they are printed.
 const SETTINGS: &str = "\
 SELECT current_setting('server_version'), current_setting('fsync'), current_setting('synchronous_commit'),
-       current_setting('shared_buffers')";
+       current_setting('shared_buffers'), current_setting('autovacuum')";
 
 /// Prints the machine and the database server as `#` lines. What cannot be read (within
 /// [`FLOOR`]) is said so.
@@ -23,11 +25,11 @@ pub(crate) async fn describe(pool: &PgPool) {
         memory.map_or_else(|| "unknown".to_owned(), |kib| format!("{:.1} GiB", kib as f64 / (1024.0 * 1024.0))),
         !cfg!(debug_assertions),
     ));
-    let settings = sqlx::query_as::<_, (String, String, String, String)>(SETTINGS).fetch_one(pool);
+    let settings = sqlx::query_as::<_, (String, String, String, String, String)>(SETTINGS).fetch_one(pool);
     match within("the database server's settings", FLOOR, settings).await {
-        Ok((version, fsync, synchronous_commit, shared_buffers)) => comment(format_args!(
+        Ok((version, fsync, synchronous_commit, shared_buffers, autovacuum)) => comment(format_args!(
             "PostgreSQL {version}: fsync {fsync}, synchronous_commit {synchronous_commit}, \
-             shared_buffers {shared_buffers}"
+             shared_buffers {shared_buffers}, autovacuum {autovacuum}"
         )),
         Err(e) => comment(format_args!("PostgreSQL settings unknown: {e}")),
     }

@@ -26,7 +26,7 @@ pub(super) async fn free_and_held(
         for snapshot in Snapshot::BOTH {
             let label = format!("{part} {set} {}", snapshot.name());
             let steal = Steal::start();
-            let rate = in_fresh_db(snapshot, async |db| run(db, entities, &label).await).await?;
+            let rate = in_fresh_db(snapshot, &label, async |db| run(db, entities, &label).await).await?;
             comment(format_args!("{label}: {rate:.1} {unit} at the end, {} over the run", steal.describe()));
             rates.push(rate);
         }

@@ -21,9 +21,10 @@ pub(super) async fn drain(target: Target<'_>, plan: Plan) -> Result<f64, BoxErro
     let mut rates = Vec::with_capacity(2);
     for snapshot in Snapshot::BOTH {
         let steal = Steal::start();
-        let drained =
-            in_fresh_db(snapshot, async |db| drain_in_child(db, target, plan.drain, RelayChild::default()).await)
-                .await?;
+        let drained = in_fresh_db(snapshot, &format!("drain {}", snapshot.name()), async |db| {
+            drain_in_child(db, target, plan.drain, RelayChild::default()).await
+        })
+        .await?;
         comment(format_args!("drain {}: {:.1} events/s, {}", snapshot.name(), drained.rate, steal.describe()));
         drained.cpu.print(&format!("snapshot_drain_{}", snapshot.name()), plan.drain.events);
         rates.push(drained.rate);

@@ -42,5 +42,5 @@ async fn write(db: &TestDb, plan: Plan, entities: u64, label: &str) -> Result<f6
     let series = sampled?;
     let committed = finished?;
     comment(format_args!("{label}: {committed} transactions committed in {:?}", plan.load));
-    Ok(series.rate_at_end(plan.load, plan.window()))
+    Ok(series.figure(label, "tps", plan))
 }

@@ -51,6 +51,9 @@ pub(super) struct Fed {
     pub(super) published: u64,
     /// The fewest ready in the queue at any reading (0: the consumer may have waited for work).
     pub(super) least_ready: u32,
+    /// Readings of the queue's depth, and those that found it empty.
+    pub(super) readings: u64,
+    pub(super) empty: u64,
 }
 
 /// The feeder, running.
@@ -100,7 +103,7 @@ async fn feed(
     published: u64,
     mut stopping: oneshot::Receiver<()>,
 ) -> Result<Fed, BoxError> {
-    let mut fed = Fed { published, least_ready: u32::MAX };
+    let mut fed = Fed { published, least_ready: u32::MAX, readings: 0, empty: 0 };
     loop {
         tokio::select! {
             _ = &mut stopping => return Ok(fed),
@@ -108,6 +111,8 @@ async fn feed(
         }
         let ready = depth(&queue).await?;
         fed.least_ready = fed.least_ready.min(ready);
+        fed.readings += 1;
+        fed.empty += u64::from(ready == 0);
         if u64::from(ready) < LOW {
             publish(&queue, fed.published, entities).await?;
             fed.published += CHUNK;

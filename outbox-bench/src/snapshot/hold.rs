@@ -9,6 +9,7 @@ use outbox_testkit::TestDb;
 use sqlx::{Connection as _, PgConnection};
 use tokio::time::Instant;
 
+use super::horizon::Horizon;
 use crate::db::with_db;
 use crate::error::BoxError;
 use crate::figure::comment;
@@ -24,6 +25,9 @@ const READ: &str = "SELECT count(*) FROM outbox_events";
 /// Whether backend `$1` holds back the database's horizon (its `backend_xmin` is set).
 const HOLDS: &str = "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND backend_xmin IS NOT NULL)";
 const COMMIT: &str = "COMMIT";
+/// The age from which a transaction with an xid elsewhere on the server counts as holding vacuum
+/// back in a run (the runs' own transactions last milliseconds).
+const HELD_BACK: Duration = Duration::from_secs(5);
 
 /// Whether a run has a snapshot held.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,12 +100,30 @@ impl Held {
     }
 }
 
-/// Runs `phase` in a fresh database ([`with_db`]), with the snapshot held as [`holding`] holds it.
+/// Runs `phase` in a fresh database ([`with_db`]), with the snapshot held as [`holding`] holds it,
+/// while [`Horizon`] watches the server; says in a `#` line how old the oldest transaction with an
+/// xid was, and whether it held vacuum back in this run (`label`) too.
 pub(super) async fn in_fresh_db<T>(
     snapshot: Snapshot,
+    label: &str,
     phase: impl AsyncFnOnce(&TestDb) -> Result<T, BoxError>,
 ) -> Result<T, BoxError> {
-    with_db(async |db| holding(db, snapshot, async || phase(db).await).await).await
+    with_db(async |db| {
+        let horizon = Horizon::watch(db.pool().clone());
+        let outcome = holding(db, snapshot, async || phase(db).await).await;
+        let oldest = horizon.stop();
+        let note = match snapshot {
+            _ if oldest < HELD_BACK => "",
+            Snapshot::Free => ": it held vacuum back in this run's database too, so this free run was not free",
+            Snapshot::Held => ": it held vacuum back in this run's database too",
+        };
+        comment(format_args!(
+            "{label}: the oldest transaction with an xid on the server was {:.1} s old{note}",
+            oldest.as_secs_f64()
+        ));
+        outcome
+    })
+    .await
 }
 
 /// Runs `phase` in `db`, with a snapshot held on another connection from before it starts until

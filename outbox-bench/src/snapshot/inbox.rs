@@ -66,7 +66,7 @@ async fn apply(
     let (series, stats, fed) = outcome?;
     purged?;
     report(label, &stats, fed);
-    Ok(series.rate_at_end(plan.load, plan.window()))
+    Ok(series.figure(label, "events/s", plan))
 }
 
 /// Runs the consumer process on the fed queue for [`Plan::load`], reading its count every sample;
@@ -104,7 +104,11 @@ async fn checked(process: &mut Subprocess) -> Result<RunnerStats, BoxError> {
 
 /// The run's last counts and what the feeder did, as a `#` line.
 fn report(label: &str, stats: &RunnerStats, fed: Fed) {
-    let starved = if fed.least_ready == 0 { " (it ran empty: the consumer may have waited for work)" } else { "" };
+    let starved = if fed.empty > 0 {
+        format!(", empty at {} of {} readings: the consumer may have waited for work", fed.empty, fed.readings)
+    } else {
+        String::new()
+    };
     comment(format_args!(
         "{label}: {}; {} messages fed, at least {} ready in the queue{starved}",
         format_stats(stats),

@@ -18,7 +18,11 @@
 //! snapshot by then. Every run has a fresh database of its own ([`outbox_testkit::TestDb`]); the
 //! broker's exchanges and queues have a random suffix and are deleted at the end. Each ratio is held
 //! ÷ free, both measured in the same run of the command. The host's CPU steal is printed for every
-//! run and sample, and for the whole command as `snapshot_cpu_steal`.
+//! run and sample, and for the whole command as `snapshot_cpu_steal`; so is the age of the oldest
+//! transaction with an xid anywhere on the server ([`horizon`]), which holds vacuum back in a free
+//! run too. Apart from the drains' `VACUUM ANALYZE` the runs leave vacuum and analyze to the
+//! server's autovacuum (its setting is printed first): with it off, a free run has page pruning
+//! only, and no table is ever analyzed.
 //!
 //! Parts, in order (`--only relay|producer|inbox` runs one):
 //!
@@ -59,7 +63,8 @@
 //! producer and the inbox 4 × 10 each.
 //!
 //! This file holds the command: its arguments and the order of the parts. The rest, one concern per
-//! file: the sizes and durations (`plan`), the held snapshot (`hold`), the drains (`drain`), the
+//! file: the sizes and durations (`plan`), the held snapshot (`hold`), the watch of the server's
+//! oldest transaction (`horizon`), the drains (`drain`), the
 //! steady runs (`steady`) and their intervals (`interval`), the writers of parts 2 and 3
 //! (`writers`), a count sampled over a run (`series`), the free-and-held runs of parts 3 and 4 over
 //! two entity sets (`compare`), the producer part (`enqueue`), the inbox part (`inbox`) and the
@@ -70,6 +75,7 @@ mod drain;
 mod enqueue;
 mod feed;
 mod hold;
+mod horizon;
 mod inbox;
 mod interval;
 mod plan;

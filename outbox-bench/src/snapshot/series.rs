@@ -18,19 +18,37 @@ pub(super) struct Series {
 }
 
 impl Series {
-    /// The rate from the last reading at or before `from` to the last reading.
-    pub(super) fn rate_since(&self, from: Duration) -> f64 {
-        let (Some(first), Some(last)) = (self.points.iter().rev().find(|(at, _)| *at <= from), self.points.last())
-        else {
-            return 0.0;
-        };
-        let secs = (last.0.saturating_sub(first.0)).as_secs_f64();
+    /// The rate from the last reading at or before `from` (the first reading if none is) to the
+    /// first reading at or after `to` (the last reading if none is).
+    fn rate_between(&self, from: Duration, to: Duration) -> f64 {
+        let first = self.points.iter().rev().find(|(at, _)| *at <= from).or(self.points.first());
+        let last = self.points.iter().find(|(at, _)| *at >= to).or(self.points.last());
+        let (Some(first), Some(last)) = (first, last) else { return 0.0 };
+        let secs = last.0.saturating_sub(first.0).as_secs_f64();
         if secs > 0.0 { last.1.saturating_sub(first.1) as f64 / secs } else { 0.0 }
     }
 
+    /// The rate over the last [`Plan::window`] of the run, which is the run's figure; prints it
+    /// beside the rate over the first window, to show how far the run fell.
+    pub(super) fn figure(&self, label: &str, unit: &str, plan: Plan) -> f64 {
+        let window = plan.window();
+        let (first, last) = (self.rate_at_start(window), self.rate_at_end(plan.load, window));
+        comment(format_args!(
+            "{label}: {first:.1} {unit} over the first {:.0} s, {last:.1} over the last {:.0} s",
+            window.as_secs_f64(),
+            window.as_secs_f64()
+        ));
+        last
+    }
+
+    /// The rate over the first `window` of the run.
+    fn rate_at_start(&self, window: Duration) -> f64 {
+        self.rate_between(Duration::ZERO, window)
+    }
+
     /// The rate over the last `window` of a run of `length`.
-    pub(super) fn rate_at_end(&self, length: Duration, window: Duration) -> f64 {
-        self.rate_since(length.saturating_sub(window))
+    fn rate_at_end(&self, length: Duration, window: Duration) -> f64 {
+        self.rate_between(length.saturating_sub(window), length)
     }
 }
 
@@ -86,8 +104,18 @@ mod tests {
     }
 
     #[test]
+    fn the_rate_at_the_start_runs_to_the_first_reading_after_the_window() {
+        let s = series(&[(0, 0), (10, 1_000), (20, 1_500), (30, 1_800)]);
+        assert_eq!(s.rate_at_start(Duration::from_secs(10)), 100.0);
+        assert_eq!(s.rate_at_start(Duration::from_secs(15)), 75.0);
+        assert_eq!(s.rate_at_start(Duration::from_secs(60)), 60.0);
+        let late = Series { points: vec![(Duration::from_millis(5), 0), (Duration::from_secs(10), 1_000)] };
+        assert!((late.rate_at_start(Duration::from_secs(10)) - 100.05).abs() < 0.01);
+    }
+
+    #[test]
     fn too_few_readings_give_no_rate() {
-        assert_eq!(series(&[]).rate_since(Duration::ZERO), 0.0);
-        assert_eq!(series(&[(0, 5)]).rate_since(Duration::ZERO), 0.0);
+        assert_eq!(series(&[]).rate_at_end(Duration::from_secs(1), Duration::from_secs(1)), 0.0);
+        assert_eq!(series(&[(0, 5)]).rate_at_start(Duration::from_secs(1)), 0.0);
     }
 }

@@ -56,7 +56,7 @@ pub(super) async fn steady(target: Target<'_>, plan: Plan, drain_free: f64) -> R
     let mut runs = Vec::with_capacity(2);
     for snapshot in Snapshot::BOTH {
         let label = format!("steady {}", snapshot.name());
-        let measured = in_fresh_db(snapshot, async |db| run(db, target, load, &label).await).await?;
+        let measured = in_fresh_db(snapshot, &label, async |db| run(db, target, load, &label).await).await?;
         runs.push(measured);
     }
     print(rate, &runs[0], &runs[1]);
