@@ -46,29 +46,29 @@
 //!    `snapshot_steady_p99_ratio`.
 //! 3. `producer` ([`enqueue`]): 8 writers commit one `Outbox::enqueue` per transaction as fast as
 //!    they can, each event to a random one of 10 hot entities (`hot`) or of 1,000 (`many`), for
-//!    `--load-secs` (600 s; 10 s with `--quick`). The rate falls for as long as the snapshot is held,
+//!    `--load-secs` (600 s; 10 s with `--quick`). A held snapshot costs more the longer it is held,
 //!    so each figure is the rate over the last minute of its run (the last fifth of a run shorter
-//!    than five minutes: 2 s with `--quick`). Figures: `snapshot_enqueue_{hot,many}_{free,held}`
+//!    than five minutes: 2 s with `--quick`); a `#` line gives it beside the rate over the first
+//!    window. Figures: `snapshot_enqueue_{hot,many}_{free,held}`
 //!    (tps) and `snapshot_enqueue_{hot,many}_ratio`.
 //! 4. `inbox` ([`inbox`]): the consumer benchmark's consumer process (runner defaults, the inbox
 //!    middleware, an upsert of `shipments`) applies a gapless stream over 10 or 1,000 entities for
 //!    `--load-secs`, the rate taken as in part 3 from its count of handled deliveries. A queue that
-//!    lasts ten minutes would hold millions of messages, so the queue is kept full instead: a first
-//!    chunk of 20,000 messages is published before the consumer starts, and another whenever fewer
-//!    than 20,000 are ready ([`feed`]), so the consumer never waits for work (a `#` line says the
-//!    fewest ready it saw). Figures: `snapshot_inbox_{hot,many}_{free,held}` (events/s) and
-//!    `snapshot_inbox_{hot,many}_ratio`.
+//!    lasts ten minutes would hold millions of messages, so the queue is kept full instead: 40,000
+//!    messages are published before the consumer starts, and another 20,000 whenever fewer than
+//!    40,000 are ready ([`feed`]), so the consumer does not wait for work (a `#` line says the
+//!    fewest ready it saw, and how many readings found the queue empty, if any did). Figures:
+//!    `snapshot_inbox_{hot,many}_{free,held}` (events/s) and `snapshot_inbox_{hot,many}_ratio`.
 //!
 //! The full run takes about 105 minutes: the drains a few minutes, the steady runs 2 × 10, the
 //! producer and the inbox 4 × 10 each.
 //!
 //! This file holds the command: its arguments and the order of the parts. The rest, one concern per
 //! file: the sizes and durations (`plan`), the held snapshot (`hold`), the watch of the server's
-//! oldest transaction (`horizon`), the drains (`drain`), the
-//! steady runs (`steady`) and their intervals (`interval`), the writers of parts 2 and 3
-//! (`writers`), a count sampled over a run (`series`), the free-and-held runs of parts 3 and 4 over
-//! two entity sets (`compare`), the producer part (`enqueue`), the inbox part (`inbox`) and the
-//! feeder of its queue (`feed`).
+//! oldest transaction (`horizon`), the drains (`drain`), the steady runs (`steady`) and their
+//! intervals (`interval`), the writers of parts 2 and 3 (`writers`), a count sampled over a run
+//! (`series`), the free-and-held runs of parts 3 and 4 over two entity sets (`compare`), the
+//! producer part (`enqueue`), the inbox part (`inbox`) and the feeder of its queue (`feed`).
 
 mod compare;
 mod drain;
