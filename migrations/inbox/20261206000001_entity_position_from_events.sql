@@ -14,9 +14,14 @@ CREATE INDEX inbox_events_applied ON inbox_events (consumer, entity_key, seq)
 -- lock (class 1768841826, 'inbx', and the hash of consumer and key; two entities whose hashes meet
 -- merely wait for each other). Creates the entity at `initial` if it is new, and returns its last
 -- applied sequence. VOLATILE: under READ COMMITTED its queries take a fresh snapshot after the
--- lock, and see what the transaction it waited for applied.
+-- lock, and see what the transaction it waited for applied. Its queries keep the plans PL/pgSQL
+-- made on their first calls, perhaps on an empty table never analyzed: the last applied event is
+-- read as the first entry of a backward walk of the index, and sequential and bitmap scans are off
+-- inside the function, so that no such plan reads every event of the entity.
 CREATE FUNCTION inbox_lock_entity(p_consumer text, p_entity text, p_initial bigint) RETURNS bigint
 LANGUAGE plpgsql VOLATILE
+SET enable_seqscan = off
+SET enable_bitmapscan = off
 AS $$
 BEGIN
     PERFORM pg_advisory_xact_lock(1768841826, hashtext(p_consumer || '/' || p_entity));
@@ -24,7 +29,8 @@ BEGIN
     ON CONFLICT ON CONSTRAINT inbox_entities_pkey DO NOTHING;
     RETURN greatest(
         (SELECT e.last_seq FROM inbox_entities e WHERE e.consumer = p_consumer AND e.entity_key = p_entity),
-        (SELECT max(i.seq) FROM inbox_events i
-         WHERE i.consumer = p_consumer AND i.entity_key = p_entity AND i.status = 'processed'));
+        (SELECT i.seq FROM inbox_events i
+         WHERE i.consumer = p_consumer AND i.entity_key = p_entity AND i.status = 'processed'
+         ORDER BY i.seq DESC LIMIT 1));
 END
 $$;

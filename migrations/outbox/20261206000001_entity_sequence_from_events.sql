@@ -10,7 +10,10 @@
 -- The function is VOLATILE: under READ COMMITTED its query takes a fresh snapshot after the lock,
 -- and sees the event of the transaction it waited for. It runs as its owner, so producers need no
 -- privilege to read the outbox; only its owner and the roles granted EXECUTE may call it
--- (migrations/roles.sql grants it to the producer role).
+-- (migrations/roles.sql grants it to the producer role). Its queries keep the plans PL/pgSQL made
+-- on their first calls, perhaps on an empty table never analyzed: the last event is read as the
+-- first entry of a backward walk of the index, and sequential and bitmap scans are off inside the
+-- function, so that no such plan reads every event of the entity.
 --
 -- outbox_entity_sequences now keeps, per entity, the highest sequence retention deleted (and, for
 -- entities that existed before this migration, their last sequence then): an entity whose rows are
@@ -18,11 +21,13 @@
 CREATE FUNCTION outbox_next_seq(entity text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 SET search_path FROM CURRENT
+SET enable_seqscan = off
+SET enable_bitmapscan = off
 AS $$
 BEGIN
     PERFORM pg_advisory_xact_lock(1869968482, hashtext(entity));
     RETURN greatest(
-        (SELECT max(e.seq) FROM outbox_events e WHERE e.entity_key = entity),
+        (SELECT e.seq FROM outbox_events e WHERE e.entity_key = entity ORDER BY e.seq DESC LIMIT 1),
         (SELECT s.last_seq FROM outbox_entity_sequences s WHERE s.entity_key = entity),
         0) + 1;
 END
