@@ -52,7 +52,7 @@ pub use routing::{ByEventType, Partitioned, RoutingStrategy};
 /// EXPLAIN the very statement the relay runs in a session set up as the relay's.
 #[doc(hidden)]
 pub mod claim_plan {
-    pub use crate::store::{CLAIM, SESSION};
+    pub use crate::store::{CLAIM, MARK_PUBLISHED, SESSION};
 }
 
 /// The README's code blocks, compiled as doc tests so they cannot rot.

@@ -374,7 +374,7 @@ async fn idle_wait<P>(shared: &Shared<P>, quiet_since: &mut Option<tokio::time::
 /// long to wait if the claim must wait.
 async fn before_claim<P: Publisher>(shared: &Shared<P>, flight: &mut Flight) -> Option<Duration> {
     while let Some(&token) = flight.orphaned.last() {
-        match store::release_claim(&shared.pool, token).await {
+        match store::release_claim(&shared.pool, token, shared.low_water.position()).await {
             Ok(n) => {
                 tracing::debug!(released = n, "rows of a claim whose answer was lost are given back");
                 flight.orphaned.pop();

@@ -122,9 +122,10 @@ pub(crate) async fn release(db: impl sqlx::PgExecutor<'_>, ids: &[Uuid], token: 
         .rows_affected())
 }
 
-/// Releases the rows of a claim whose answer never arrived; returns how many it had taken.
-pub(crate) async fn release_claim(pool: &PgPool, token: Uuid) -> Result<u64> {
-    Ok(sqlx::query(sql::RELEASE_CLAIM).bind(token).execute(pool).await?.rows_affected())
+/// Releases the rows of a claim whose answer never arrived (at or above `low_water`); returns how
+/// many it had taken.
+pub(crate) async fn release_claim(pool: &PgPool, token: Uuid, low_water: i64) -> Result<u64> {
+    Ok(sqlx::query(sql::RELEASE_CLAIM).bind(token).bind(low_water).execute(pool).await?.rows_affected())
 }
 
 /// Registers `relay_id` as waiting for notifications until `ttl` from now.

@@ -16,4 +16,4 @@ pub(crate) use exec::{
     release_claim, unlisten, vacuum, writers,
 };
 pub use session::SESSION;
-pub use sql::CLAIM;
+pub use sql::{CLAIM, MARK_PUBLISHED};

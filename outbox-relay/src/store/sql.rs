@@ -36,6 +36,12 @@
 /// claim (outcomes and releases clear the owner): the claim returns that owner as `taken_from`,
 /// looked up only for such rows.
 ///
+/// The steps that find rows by tuple id re-check their status written as `(status || '') =
+/// 'pending'`, which no plan can read through the pending rows' partial index: a generic plan made
+/// while the table was empty would otherwise read the candidates by a walk of the whole queue
+/// index (every pending row, and while another session holds an old snapshot every row published
+/// since), filtering on the tuple id.
+///
 /// The claim writes only unindexed columns (`lease_until`, owner, token, attempts), so PostgreSQL
 /// can update the rows in place (HOT). Candidates are carried between the steps by their tuple
 /// id: a row changed by another relay in between has a new tuple id, fails the re-check and is
@@ -85,7 +91,7 @@ WITH scanned AS (
 ), locked AS (
     SELECT o.ctid AS tid, o.id, o.lease_owner AS was_owner FROM outbox_events o
     WHERE o.ctid = ANY(ARRAY(SELECT tid FROM pick))
-      AND o.status = 'pending' AND o.next_attempt_at <= now() AND (o.lease_until IS NULL OR o.lease_until <= now())
+      AND (o.status || '') = 'pending' AND o.next_attempt_at <= now() AND (o.lease_until IS NULL OR o.lease_until <= now())
     ORDER BY o.position
     LIMIT $2
     FOR UPDATE SKIP LOCKED
@@ -100,7 +106,7 @@ WITH scanned AS (
     UPDATE outbox_events o
     SET next_attempt_at = CASE WHEN cand.p_status = 'quarantined' THEN 'infinity'::timestamptz ELSE cand.p_next END
     FROM cand
-    WHERE o.ctid = cand.tid AND o.id = cand.id AND NOT cand.ready AND o.status = 'pending' AND o.lease_owner IS NULL
+    WHERE o.ctid = cand.tid AND o.id = cand.id AND NOT cand.ready AND (o.status || '') = 'pending' AND o.lease_owner IS NULL
       AND (cand.p_status = 'quarantined' OR (cand.p_owner IS NULL AND cand.p_next > now()))
     RETURNING o.id
 )
@@ -115,23 +121,25 @@ RETURNING o.ctid::text AS tid, o.id, o.event_type, o.event_version, o.entity_key
 
 /// Gives back whatever a claim whose answer was lost (the connection dropped while it ran) may
 /// have taken, and takes its attempt back: nothing of it was sent. Read through the pending rows'
-/// queue index; only after a failed claim.
+/// queue index from the low water `$2` (a claimed row is pending, so it is not below); only after
+/// a failed claim.
 pub(super) const RELEASE_CLAIM: &str = "\
 UPDATE outbox_events
 SET lease_owner = NULL, claim_token = NULL, lease_until = NULL, attempts = greatest(attempts - 1, 0)
-WHERE status = 'pending' AND claim_token = $1";
+WHERE status = 'pending' AND position >= $2 AND claim_token = $1";
 
 /// Marks confirmed rows published. A successor deferred while this row waited for a retry was
 /// deferred to that retry's time, which has passed when the retry is confirmed: it is due already.
 ///
 /// Rows are found by the tuple id the claim returned (one page visit instead of a primary-key
-/// descent). Nothing else updates a row while its claim is valid, so the tuple id is current; if
+/// descent), whatever the plan: the status is written so that the pending rows' partial index
+/// cannot serve it (see `CLAIM`). Nothing else updates a row while its claim is valid, so the tuple id is current; if
 /// the claim was taken over (or the table rewritten), the token no longer matches whatever is at
 /// that tuple id and nothing is marked: the rows count as lost claims and are published again.
-pub(super) const MARK_PUBLISHED: &str = "\
+pub const MARK_PUBLISHED: &str = "\
 UPDATE outbox_events
 SET status = 'published', published_at = now(), lease_owner = NULL, claim_token = NULL, lease_until = NULL
-WHERE ctid = ANY($1::text[]::tid[]) AND claim_token = $2 AND status = 'pending'";
+WHERE ctid = ANY($1::text[]::tid[]) AND claim_token = $2 AND (status || '') = 'pending'";
 
 /// Records failures, one row each of the arrays `$1`..`$5` (id, quarantine, delay in seconds,
 /// reason, kind): a quarantined row keeps its due time, a retried one is due again after its

@@ -8,7 +8,7 @@
 //! (`outbox_relay::claim_plan`).
 
 use outbox_core::{ConfirmFuture, OutgoingMessage, Publisher};
-use outbox_relay::claim_plan::{CLAIM, SESSION};
+use outbox_relay::claim_plan::{CLAIM, MARK_PUBLISHED, SESSION};
 use outbox_relay::{CrashPoint, Error, Relay};
 use outbox_testkit::TestDb;
 use sqlx::postgres::PgPoolOptions;
@@ -169,10 +169,52 @@ async fn a_claim_planned_on_an_empty_table_reads_only_its_window_once_the_table_
     tx.rollback().await.expect("rollback");
     let widest = widest_step(&plan[0]["Plan"]);
     assert!(widest <= 2000, "a step of the claim read {widest} rows:\n{plan:#}");
+    assert_eq!(queue_scans(&plan[0]["Plan"]), 1, "only the scan reads the queue index:\n{plan:#}");
 
     let claimed = claim_in(&pool).await;
     let firsts = claimed.iter().filter(|(_, seq)| *seq == Some(1)).count();
     assert_eq!((claimed.len(), firsts), (500, 200), "the first two or three events of each entity");
+    pool.close().await;
+    db.close().await.expect("drop database");
+}
+
+/// How many steps of a plan read the queue index (`outbox_events_queue`).
+fn queue_scans(node: &serde_json::Value) -> usize {
+    let own = usize::from(node["Index Name"] == "outbox_events_queue");
+    own + node["Plans"].as_array().map_or(0, |plans| plans.iter().map(queue_scans).sum())
+}
+
+/// The mark, prepared and run while the table held ten rows, keeps a generic plan that finds its rows
+/// by tuple id once the table grew: never by a walk of the queue index, which, while another
+/// session holds an old snapshot, holds an entry for every row published since.
+#[tokio::test]
+async fn a_mark_planned_on_a_nearly_empty_table_finds_its_rows_by_tuple_id() {
+    let db = TestDb::new().await.expect("database");
+    let fill = "INSERT INTO outbox_events (id, event_type, event_version, payload, content_type)
+         SELECT gen_random_uuid(), 'audit.logged', 1, '\\x7b7d', 'application/json' FROM generate_series(1, 10)";
+    sqlx::raw_sql(fill).execute(db.pool()).await.expect("a few rows");
+    let tids: Vec<String> =
+        sqlx::query_scalar("SELECT ctid::text FROM outbox_events").fetch_all(db.pool()).await.expect("tids");
+    let pool = relay_session(&db).await;
+    for _ in 0..8 {
+        sqlx::query(MARK_PUBLISHED).bind(&tids).bind(Uuid::new_v4()).execute(&pool).await.expect("mark");
+    }
+    sqlx::raw_sql(
+        "INSERT INTO outbox_events (id, event_type, event_version, payload, content_type)
+         SELECT gen_random_uuid(), 'audit.logged', 1, '\\x7b7d', 'application/json' FROM generate_series(1, 5000)",
+    )
+    .execute(db.pool())
+    .await
+    .expect("fill");
+    let name: String = sqlx::query_scalar("SELECT name FROM pg_prepared_statements WHERE statement LIKE 'UPDATE%'")
+        .fetch_one(&pool)
+        .await
+        .expect("the mark is a prepared statement of this session");
+    let explain = format!("EXPLAIN (FORMAT JSON) EXECUTE {name}('{{\"(0,1)\"}}', '{}')", Uuid::new_v4());
+    let plan: serde_json::Value =
+        sqlx::query_scalar(sqlx::AssertSqlSafe(explain)).fetch_one(&pool).await.expect("explain");
+    assert_eq!(queue_scans(&plan[0]["Plan"]), 0, "{plan:#}");
+    assert!(plan.to_string().contains("Tid Scan"), "{plan:#}");
     pool.close().await;
     db.close().await.expect("drop database");
 }
