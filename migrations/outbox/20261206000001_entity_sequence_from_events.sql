@@ -20,7 +20,6 @@
 -- all gone continues after it, and a number is never reused.
 CREATE FUNCTION outbox_next_seq(entity text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path FROM CURRENT
 SET enable_seqscan = off
 SET enable_bitmapscan = off
 AS $$
@@ -33,4 +32,30 @@ BEGIN
 END
 $$;
 
-REVOKE ALL ON FUNCTION outbox_next_seq(text) FROM PUBLIC;
+-- Runs as its owner, so it reads only the schema it was made in, never a caller's temporary tables.
+-- Only the owner and the roles granted EXECUTE call it; on upgrade, the roles that could upsert the
+-- old counters (producers) may call it, the roles that may delete outbox rows (relays, for
+-- retention) may keep the highest sequence deleted, and the roles that may update outbox rows
+-- (relays) may read the last position drawn (the claim's low water). migrations/roles.sql grants
+-- exactly these from now on.
+DO $$
+DECLARE
+    r record;
+BEGIN
+    EXECUTE format('ALTER FUNCTION outbox_next_seq(text) SET search_path = %I, pg_temp', current_schema());
+    REVOKE ALL ON FUNCTION outbox_next_seq(text) FROM PUBLIC;
+    FOR r IN SELECT DISTINCT grantee, table_name, privilege_type FROM information_schema.role_table_grants
+             WHERE table_schema = current_schema() AND grantee NOT IN ('PUBLIC', current_user)
+               AND ((table_name = 'outbox_entity_sequences' AND privilege_type = 'INSERT')
+                 OR (table_name = 'outbox_events' AND privilege_type IN ('DELETE', 'UPDATE'))) LOOP
+        IF r.table_name = 'outbox_entity_sequences' THEN
+            EXECUTE format('GRANT EXECUTE ON FUNCTION outbox_next_seq(text) TO %I', r.grantee);
+        ELSIF r.privilege_type = 'DELETE' THEN
+            EXECUTE format('GRANT INSERT, UPDATE ON outbox_entity_sequences TO %I', r.grantee);
+        ELSE
+            EXECUTE format('GRANT SELECT ON SEQUENCE %s TO %I',
+                           pg_get_serial_sequence('outbox_events', 'position'), r.grantee);
+        END IF;
+    END LOOP;
+END
+$$;

@@ -169,15 +169,20 @@ async fn resolve(pool: &PgPool, id: EventId, update: &'static str, action: &'sta
 /// quarantined (a retry or skip by an operator wakes them itself; this closes the race with a claim
 /// that deferred them at the same moment). A row held behind another held row of the same
 /// quarantine stays held: releasing it would only have the next claim defer it again. The lookup
-/// goes through the quarantined rows (few), not through the entity's history.
+/// goes through the quarantined rows (few), not through the entity's history. Released rows may lie
+/// below a relay's low water: the relays are told (`$1`, `$2`: the channel and
+/// [`NOTIFY_REQUEUED`]).
 const RELEASE_HELD: &str = "\
 WITH blocked AS (
     SELECT entity_key, min(seq) AS seq FROM outbox_events
     WHERE status = 'quarantined' AND entity_key IS NOT NULL GROUP BY entity_key
+), released AS (
+    UPDATE outbox_events s SET next_attempt_at = now()
+    WHERE s.status = 'pending' AND s.next_attempt_at = 'infinity'
+      AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.entity_key = s.entity_key AND b.seq < s.seq)
+    RETURNING 1
 )
-UPDATE outbox_events s SET next_attempt_at = now()
-WHERE s.status = 'pending' AND s.next_attempt_at = 'infinity'
-  AND NOT EXISTS (SELECT 1 FROM blocked b WHERE b.entity_key = s.entity_key AND b.seq < s.seq)";
+SELECT (SELECT count(*) FROM released), (SELECT count(*) FROM (SELECT pg_notify($1, $2) FROM released LIMIT 1) n)";
 
 /// Makes events held behind a quarantined event due again where no earlier event of their entity
 /// is quarantined any more (the relay does this every 30 polls; a retry or skip wakes the
@@ -186,7 +191,9 @@ WHERE s.status = 'pending' AND s.next_attempt_at = 'infinity'
 /// # Errors
 /// A database error.
 pub async fn release_held(pool: &PgPool) -> Result<u64> {
-    Ok(sqlx::query(RELEASE_HELD).execute(pool).await?.rows_affected())
+    let (released, _notified): (i64, i64) =
+        sqlx::query_as(RELEASE_HELD).bind(NOTIFY_CHANNEL).bind(NOTIFY_REQUEUED).fetch_one(pool).await?;
+    Ok(u64::try_from(released).unwrap_or(0))
 }
 
 /// Sends a quarantined event again: the same row and event id, attempts reset to 0, due now.

@@ -122,8 +122,9 @@ INSERT INTO outbox_events
 VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10, outbox_next_seq($10), $11)";
 
 /// One statement for a whole batch: arrays in, the next sequence of each distinct entity taken
-/// once, in key order (so two batches never wait for each other in a circle; the function is
-/// evaluated after the sort), consecutive sequence numbers within the batch in the order given.
+/// once, in the order of the locks `outbox_next_seq` takes (the key's hash, then the key: two
+/// batches never wait for each other in a circle, even where two keys share a hash; the function
+/// is evaluated after the sort), consecutive sequence numbers within the batch in the order given.
 const INSERT_MANY: &str = "\
 WITH input AS (
     SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::int8[], $4::bytea[], $5::text[], $6::text[],
@@ -133,7 +134,7 @@ WITH input AS (
 ), counts AS (
     SELECT entity_key, count(*) AS n FROM input WHERE entity_key IS NOT NULL GROUP BY entity_key
 ), next AS (
-    SELECT entity_key, outbox_next_seq(entity_key) AS first FROM counts ORDER BY entity_key
+    SELECT entity_key, outbox_next_seq(entity_key) AS first FROM counts ORDER BY hashtext(entity_key), entity_key
 ), numbered AS (
     SELECT i.*, next.first - 1 + row_number() OVER (PARTITION BY i.entity_key ORDER BY i.ord) AS seq
     FROM input i

@@ -56,9 +56,10 @@ pub(crate) async fn admit(
 
 /// [`admit`] for a batch of events with distinct ids and distinct entities, in one statement:
 /// for each event, in order, its entity's last applied sequence (`None` for an unordered event)
-/// and whether its id is new. The entities are locked first, in key order, so that two batches
-/// (or a batch and a single delivery) never wait for each other in a cycle; only then are the ids
-/// recorded.
+/// and whether its id is new. The entities are locked first, in the order of their lock keys (the
+/// hash `inbox_lock_entity` locks, then the key), so that two batches (or a batch and a single
+/// delivery) never wait for each other in a cycle, even where two keys share a hash; only then are
+/// the ids recorded.
 pub(crate) async fn admit_batch(
     conn: &mut PgConnection,
     consumer: &str,
@@ -75,7 +76,7 @@ pub(crate) async fn admit_batch(
          ), entity AS (
              SELECT i.entity_key, inbox_lock_entity($1, i.entity_key, i.initial) AS last_seq
              FROM input i WHERE i.entity_key IS NOT NULL
-             ORDER BY i.entity_key COLLATE \"C\"
+             ORDER BY hashtext($1 || '/' || i.entity_key), i.entity_key COLLATE \"C\"
          ), seen AS (
              INSERT INTO inbox_events (consumer, event_id, entity_key, seq, status, attempts, processed_at)
              SELECT $1, i.event_id, i.entity_key, i.seq, 'processed', 1, now() FROM input i
@@ -157,6 +158,10 @@ fn headers_json(event: &Event) -> serde_json::Value {
 }
 
 /// Stores the event's content with `status` (`parked` or `failed`), inserting or updating its row.
+/// A `failed` write replaces only a parked or failed row: an event whose transaction committed
+/// (`processed`, or `skipped`) keeps its row, which is its entity's position, whatever a caller
+/// that lost the answer of that commit believes. A `parked` write replaces the `processed` row
+/// the admission inserted in the same transaction.
 pub(crate) async fn store_content(
     conn: &mut PgConnection,
     consumer: &str,
@@ -185,7 +190,8 @@ pub(crate) async fn store_content(
              event_version = EXCLUDED.event_version, content_type = EXCLUDED.content_type,
              payload = EXCLUDED.payload, headers = EXCLUDED.headers, correlation_id = EXCLUDED.correlation_id,
              causation_id = EXCLUDED.causation_id, created_at = EXCLUDED.created_at,
-             payload_key_id = EXCLUDED.payload_key_id",
+             payload_key_id = EXCLUDED.payload_key_id
+         WHERE EXCLUDED.status = 'parked' OR inbox_events.status IN ('parked', 'failed')",
     )
     .bind(consumer)
     .bind(event.id.as_uuid())

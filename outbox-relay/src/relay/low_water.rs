@@ -125,15 +125,21 @@ impl Tracker {
     /// the low water if that is asked for or due.
     async fn look(&mut self, pool: &PgPool, low_water: &LowWater) -> Result<()> {
         let behind = self.candidate.as_ref().is_none_or(|c| c.position > low_water.position());
-        if low_water.claimed.swap(false, Ordering::SeqCst) || behind {
-            self.advance(pool, low_water).await?;
-        }
-        let asked = low_water.below_asked.load(Ordering::SeqCst);
+        let advanced = if low_water.claimed.swap(false, Ordering::SeqCst) || behind {
+            self.advance(pool, low_water).await
+        } else {
+            Ok(())
+        };
+        let asked = low_water.below_asked.swap(false, Ordering::SeqCst);
         if self.below_due(Instant::now(), asked) {
-            low_water.below_asked.store(false, Ordering::SeqCst);
-            self.look_below(pool, low_water).await?;
+            if let Err(e) = self.look_below(pool, low_water).await {
+                low_water.below_asked.fetch_or(asked, Ordering::SeqCst);
+                return Err(e);
+            }
+        } else if asked {
+            low_water.below_asked.store(true, Ordering::SeqCst);
         }
-        Ok(())
+        advanced
     }
 
     /// Moves the low water to the candidate (or the first pending row before it) once the
@@ -149,6 +155,14 @@ impl Tracker {
         }
         let from = low_water.position();
         let (first, last) = store::first_pending(pool, from).await?;
+        if went_back(from, last) {
+            // The positions were restarted (`TRUNCATE ... RESTART IDENTITY`, `setval`): new rows
+            // are drawn below the low water. Start again from the whole queue.
+            tracing::info!(from, ?last, "outbox_events.position went back; the claim scans the whole queue again");
+            low_water.position.store(0, Ordering::SeqCst);
+            self.candidate = None;
+            return Ok(());
+        }
         if let Some(c) = self.candidate.take() {
             low_water.position.store(moved_to(c.position, first), Ordering::SeqCst);
         }
@@ -189,9 +203,16 @@ fn denied(e: &crate::Error) -> bool {
     matches!(e, crate::Error::Database(sqlx::Error::Database(d)) if d.code().as_deref() == Some("42501"))
 }
 
-/// Whether every transaction that could commit a row below the candidate is over.
+/// Whether every transaction that could commit a row below the candidate is over. A prepared
+/// transaction recovered by a restarted server shows with a virtual id of its own (`-1/<xid>`),
+/// unlike the one it had when the candidate was taken: while any is open, nothing settles.
 fn settled(candidate: &Candidate, writers_now: &[String]) -> bool {
-    !candidate.writers.iter().any(|w| writers_now.contains(w))
+    !writers_now.iter().any(|w| w.starts_with("-1/") || candidate.writers.contains(w))
+}
+
+/// Whether the last position drawn is below the low water `from`: the positions were restarted.
+fn went_back(from: i64, last: Option<i64>) -> bool {
+    last.map_or(from > 0, |l| l.saturating_add(1) < from)
 }
 
 /// Where the low water moves once a candidate is settled: the candidate, or the first pending row
@@ -221,6 +242,16 @@ mod tests {
         assert!(!settled(&c, &["4/9".to_owned(), "5/1".to_owned()]), "4/9 still writes");
         assert!(settled(&c, &["5/1".to_owned()]), "only a later writer");
         assert!(settled(&candidate(10, &[]), &["5/1".to_owned()]));
+        assert!(!settled(&candidate(10, &["3/7"]), &["-1/4242".to_owned()]), "a recovered prepared transaction");
+    }
+
+    #[test]
+    fn positions_drawn_below_the_low_water_mean_they_were_restarted() {
+        assert!(!went_back(100, Some(99)), "nothing drawn since the low water moved past the last");
+        assert!(!went_back(100, Some(5000)));
+        assert!(went_back(100, Some(12)));
+        assert!(went_back(100, None), "a sequence reset to unused");
+        assert!(!went_back(0, None));
     }
 
     #[test]
