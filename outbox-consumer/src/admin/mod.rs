@@ -64,7 +64,7 @@ pub async fn list_gaps(pool: &PgPool, consumer: &str) -> Result<Vec<Gap>> {
         "SELECT p.entity_key,
                 coalesce(greatest(e.last_seq, (SELECT max(a.seq) FROM inbox_events a
                                                WHERE a.consumer = p.consumer AND a.entity_key = p.entity_key
-                                                 AND a.status = 'processed')), 0),
+                                                 AND (a.status || '') = 'processed')), 0),
                 min(p.seq), count(*), EXTRACT(EPOCH FROM now() - min(p.received_at))::float8
          FROM inbox_events p
          LEFT JOIN inbox_entities e ON e.consumer = p.consumer AND e.entity_key = p.entity_key

@@ -1,5 +1,5 @@
 //! The inbox's SQL. Every statement is served by a primary key, `inbox_events_parked` or
-//! `inbox_events_applied`.
+//! `inbox_events_entity_seq`.
 //!
 //! An entity's last applied sequence is the greater of its row in `inbox_entities` (a floor: where
 //! it started, where an operator moved it past a gap, what retention deleted) and its last
@@ -103,7 +103,9 @@ pub(crate) async fn admit_batch(
 /// next event is parked (read under the entities' locks, as in [`advance`]).
 ///
 /// An entity whose event at `seq` is processed is there already, and its row is not written (the
-/// usual case: the event just applied). Only a move past events that were not applied (an
+/// usual case: the event just applied; looked up per entity through `inbox_events_entity_seq`, as a
+/// scalar subquery that no plan turns into a join over every row of the consumer). Only a move
+/// past events that were not applied (an
 /// operator skipping a gap or a failed event) raises the entity's floor. The entities are locked,
 /// so each row exists: the update is written as an upsert because `ON CONFLICT` always finds its
 /// row through the primary key. An `UPDATE` joined with the array gets its plan from the table's
@@ -121,9 +123,9 @@ pub(crate) async fn advance_batch(
          ), moved AS (
              INSERT INTO inbox_entities AS e (consumer, entity_key, last_seq)
              SELECT $1, i.entity_key, i.seq FROM input i
-             WHERE NOT EXISTS (SELECT 1 FROM inbox_events a
-                               WHERE a.consumer = $1 AND a.entity_key = i.entity_key AND a.seq = i.seq
-                                 AND a.status = 'processed')
+             WHERE (SELECT a.seq FROM inbox_events a
+                    WHERE a.consumer = $1 AND a.entity_key = i.entity_key AND a.seq = i.seq
+                      AND (a.status || '') = 'processed' LIMIT 1) IS NULL
              ON CONFLICT (consumer, entity_key) DO UPDATE SET last_seq = greatest(e.last_seq, EXCLUDED.last_seq),
                                                              updated_at = now()
          )
@@ -331,7 +333,7 @@ pub(crate) async fn ready_entities(conn: &mut PgConnection, consumer: &str, limi
          WHERE p.consumer = $1 AND p.status = 'parked'
            AND p.seq = greatest(e.last_seq, (SELECT max(a.seq) FROM inbox_events a
                                              WHERE a.consumer = p.consumer AND a.entity_key = p.entity_key
-                                               AND a.status = 'processed')) + 1
+                                               AND (a.status || '') = 'processed')) + 1
          LIMIT $2",
     )
     .bind(consumer)
