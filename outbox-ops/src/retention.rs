@@ -20,44 +20,44 @@ use sqlx::PgPool;
 
 use crate::{Error, Result};
 
-/// Deletes published rows older than `$1` seconds, oldest first, at most `$2`, and keeps per entity
-/// the highest sequence deleted (`outbox_entity_sequences`), after which the entity's next event
-/// continues; returns how many were deleted.
-const DELETE_PUBLISHED: &str = "\
-WITH doomed AS (
+/// Deletes rows of final status `$status` whose `$since` is older than `$1` seconds, oldest first,
+/// at most `$2`, and keeps per entity the highest sequence deleted (`outbox_entity_sequences`),
+/// after which the entity's next event continues; returns how many were deleted.
+macro_rules! delete_final {
+    ($status:literal, $since:literal) => {
+        concat!(
+            "WITH doomed AS (
     SELECT id FROM outbox_events
-    WHERE status = 'published' AND published_at < now() - make_interval(secs => $1)
-    ORDER BY published_at
+    WHERE status = '",
+            $status,
+            "' AND ",
+            $since,
+            " < now() - make_interval(secs => $1)
+    ORDER BY ",
+            $since,
+            "
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 ), gone AS (
-    DELETE FROM outbox_events o USING doomed WHERE o.id = doomed.id AND o.status = 'published'
+    DELETE FROM outbox_events o USING doomed WHERE o.id = doomed.id AND o.status = '",
+            $status,
+            "'
     RETURNING o.entity_key, o.seq
 ), floors AS (
     INSERT INTO outbox_entity_sequences AS s (entity_key, last_seq)
     SELECT entity_key, max(seq) FROM gone WHERE entity_key IS NOT NULL GROUP BY entity_key ORDER BY entity_key
     ON CONFLICT (entity_key) DO UPDATE SET last_seq = greatest(s.last_seq, EXCLUDED.last_seq)
 )
-SELECT count(*) FROM gone";
+SELECT count(*) FROM gone"
+        )
+    };
+}
 
-/// Deletes skipped rows quarantined more than `$1` seconds ago, oldest first, at most `$2`, keeping
-/// per entity the highest sequence deleted as above.
-const DELETE_SKIPPED: &str = "\
-WITH doomed AS (
-    SELECT id FROM outbox_events
-    WHERE status = 'skipped' AND quarantined_at < now() - make_interval(secs => $1)
-    ORDER BY quarantined_at
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-), gone AS (
-    DELETE FROM outbox_events o USING doomed WHERE o.id = doomed.id AND o.status = 'skipped'
-    RETURNING o.entity_key, o.seq
-), floors AS (
-    INSERT INTO outbox_entity_sequences AS s (entity_key, last_seq)
-    SELECT entity_key, max(seq) FROM gone WHERE entity_key IS NOT NULL GROUP BY entity_key ORDER BY entity_key
-    ON CONFLICT (entity_key) DO UPDATE SET last_seq = greatest(s.last_seq, EXCLUDED.last_seq)
-)
-SELECT count(*) FROM gone";
+/// Deletes published rows older than `$1` seconds (see `delete_final!`).
+const DELETE_PUBLISHED: &str = delete_final!("published", "published_at");
+
+/// Deletes skipped rows quarantined more than `$1` seconds ago (see `delete_final!`).
+const DELETE_SKIPPED: &str = delete_final!("skipped", "quarantined_at");
 
 /// Clears the payload of published rows older than `$1` seconds, oldest first, at most `$2`. The
 /// batch starts at the newest row scrubbed so far (`outbox_events_scrubbed`), so it walks only over
