@@ -4,6 +4,7 @@
 
 mod inbox;
 mod partitions;
+mod plans;
 mod retention;
 mod runner;
 mod sealed;

@@ -6,3 +6,4 @@ mod enqueue_strings;
 mod idempotent;
 mod metrics;
 mod migrate;
+mod plans;
