@@ -396,6 +396,16 @@ pub(crate) async fn commit_one(conn: &mut PgConnection, outbox: &Outbox, order: 
     Ok(*id.as_uuid())
 }
 
+/// Commits one event for each of `orders` through `outbox.enqueue_many` in one transaction.
+pub(crate) async fn commit_several(conn: &mut PgConnection, outbox: &Outbox, orders: Vec<i64>) -> Result<(), BoxError> {
+    let events = orders.into_iter().map(|order| Ok::<_, BoxError>(event(order)?.entity(format!("order-{order}"))));
+    let events = events.collect::<Result<Vec<_>, _>>()?;
+    let mut tx = conn.begin().await?;
+    outbox.enqueue_many(&mut tx, events).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
 /// The event every variant writes, with the same payload as the hand-written insert.
 pub(crate) fn event(order: i64) -> Result<NewEvent, BoxError> {
     Ok(NewEvent::json(EVENT_TYPE, &payload_value(order))?)

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use super::fill::fill;
 use super::plan::Plan;
 use super::settings::{APPLICATION_NAME, CONSUMER};
+use super::shipments::Handler;
 use super::stats::{CONSUMING, STATS, format_stats, handled, parse_stats};
 use super::target::{REPLAY_KEY, Target};
 use super::verify::{check_stats, verify};
@@ -108,7 +109,17 @@ pub(super) async fn await_handled(
 /// Starts the consumer process on `queue` of the broker at `amqp_url`, applying events in the
 /// database at `database_url` as the inbox consumer [`CONSUMER`].
 pub(crate) async fn spawn_consumer(database_url: &str, amqp_url: &str, queue: &str) -> Result<Subprocess, BoxError> {
-    let args = ["consumer-process", "--queue", queue, "--consumer", CONSUMER];
+    spawn_consumer_with(database_url, amqp_url, queue, Handler::Shipments).await
+}
+
+/// [`spawn_consumer`] with the business write of `handler`.
+pub(crate) async fn spawn_consumer_with(
+    database_url: &str,
+    amqp_url: &str,
+    queue: &str,
+    handler: Handler,
+) -> Result<Subprocess, BoxError> {
+    let args = ["consumer-process", "--queue", queue, "--consumer", CONSUMER, "--handler", handler.arg()];
     Subprocess::spawn("the consumer process", &args, database_url, amqp_url).await
 }
 

@@ -64,11 +64,11 @@ use outbox_testkit::{TestBroker, TestDb};
 
 use self::fill::{fill, messages};
 use self::inbox::inbox;
-pub(crate) use self::inbox::{spawn_consumer, stats};
+pub(crate) use self::inbox::{spawn_consumer_with, stats};
 pub(crate) use self::plan::Plan;
 pub(crate) use self::process::{ProcessArgs, process};
 use self::settings::{BATCH, CONCURRENCY, POOL, PREFETCH};
-pub(crate) use self::shipments::CREATE_SHIPMENTS;
+pub(crate) use self::shipments::{CREATE_SHIPMENTS, Handler};
 pub(crate) use self::stats::{format_stats, handled};
 pub(crate) use self::target::declare_queue;
 use self::target::{REPLAY_KEY, Target};

@@ -6,7 +6,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tower::Layer;
 
 use super::settings::{APPLICATION_NAME, POOL};
-use super::shipments::apply_shipment;
+use super::shipments::{Handler, handle};
 use super::stats::{CONSUMING, STATS, format_stats, sum};
 use crate::error::BoxError;
 use crate::process::{READY, Urls, init_child_logging, stdin_lines};
@@ -23,17 +23,22 @@ pub(crate) struct ProcessArgs {
     /// The inbox's consumer name.
     #[arg(long)]
     consumer: String,
+    /// The business write of the handler.
+    #[arg(long, value_enum, default_value_t)]
+    handler: Handler,
 }
 
 /// The consumer process: an [`InboxRunner`] with default prefetch and concurrency over a pool of
-/// [`POOL`] connections, applying events to `shipments`. Answers `stats` with the runners' counts
+/// [`POOL`] connections, applying events with the chosen [`Handler`] (`shipments` by default). Answers `stats` with the runners' counts
 /// and `consume <queue>` by starting one more runner (same inbox) on that queue; shuts the runners
 /// down gracefully at SIGTERM, SIGINT or the end of standard input.
 pub(crate) async fn process(args: ProcessArgs) -> Result<(), BoxError> {
     init_child_logging();
     let options = args.urls.database_url.parse::<PgConnectOptions>()?.application_name(APPLICATION_NAME);
     let pool = PgPoolOptions::new().max_connections(POOL).connect_with(options).await?;
-    let service = InboxLayer::new(pool.clone(), args.consumer).layer(tower::service_fn(apply_shipment));
+    let handler = args.handler;
+    let service =
+        InboxLayer::new(pool.clone(), args.consumer).layer(tower::service_fn(move |req| handle(handler, req)));
     // Experiments only (the figures are defined with the defaults): other batch sizes,
     // concurrency and prefetch through the environment.
     let knob = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<usize>().ok());

@@ -1,4 +1,5 @@
-//! The business table `shipments` and the handler that writes it in the inbox's transaction.
+//! The business tables and the handlers that write them in the inbox's transaction: `shipments`,
+//! one row per order moved to each event's version, and `shipment_log`, one row inserted per event.
 
 use outbox_consumer::{HandlerError, InboxRequest};
 
@@ -13,6 +14,64 @@ CREATE TABLE shipments (
     total_cents bigint NOT NULL,
     updated_at  timestamptz NOT NULL
 )";
+/// The insert-only business table: one row per event, none ever updated.
+pub(crate) const CREATE_SHIPMENT_LOG: &str = "\
+CREATE TABLE shipment_log (
+    order_key  text NOT NULL,
+    version    bigint NOT NULL,
+    logged_at  timestamptz NOT NULL,
+    PRIMARY KEY (order_key, version)
+)";
+/// The insert-only handler's write.
+const LOG_SHIPMENT: &str = "INSERT INTO shipment_log (order_key, version, logged_at) VALUES ($1, $2, now())";
+
+/// Which business write the consumer process's handler makes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Handler {
+    /// Moves the order's `shipments` row to the event's version: one row updated per event.
+    #[default]
+    Shipments,
+    /// Inserts a `shipment_log` row per event: no business row is ever updated, so what the inbox
+    /// itself costs is measured alone.
+    Log,
+}
+
+impl Handler {
+    /// The argument of `consumer-process --handler`.
+    pub(crate) fn arg(self) -> &'static str {
+        match self {
+            Self::Shipments => "shipments",
+            Self::Log => "log",
+        }
+    }
+
+    /// The table the handler writes.
+    pub(crate) fn schema(self) -> &'static str {
+        match self {
+            Self::Shipments => CREATE_SHIPMENTS,
+            Self::Log => CREATE_SHIPMENT_LOG,
+        }
+    }
+}
+
+/// Applies the event with `handler`'s write.
+pub(super) async fn handle(handler: Handler, req: InboxRequest) -> Result<InboxRequest, HandlerError> {
+    match handler {
+        Handler::Shipments => apply_shipment(req).await,
+        Handler::Log => log_shipment(req).await,
+    }
+}
+
+/// The insert-only write: a `shipment_log` row for the event, in the inbox's transaction.
+async fn log_shipment(mut req: InboxRequest) -> Result<InboxRequest, HandlerError> {
+    let event = req.event();
+    let entity = event.entity.as_ref().ok_or_else(|| HandlerError::permanent("event without entity"))?;
+    let key = entity.key.clone();
+    let version = i64::try_from(entity.seq).map_err(|_| HandlerError::permanent("sequence out of range"))?;
+    sqlx::query(LOG_SHIPMENT).bind(&key).bind(version).execute(req.conn()).await?;
+    Ok(req)
+}
+
 /// The handler's write: the entity's row at the event's version, only if it follows the stored one.
 const UPSERT_SHIPMENT: &str = "\
 INSERT INTO shipments (order_key, order_id, version, applied, status, total_cents, updated_at)
@@ -25,7 +84,7 @@ WHERE shipments.version = EXCLUDED.version - 1";
 /// The business write: the order's shipment row at the event's version, in the inbox's
 /// transaction. An event that does not follow the stored version fails permanently (and is
 /// dead-lettered, which fails the benchmark).
-pub(super) async fn apply_shipment(mut req: InboxRequest) -> Result<InboxRequest, HandlerError> {
+async fn apply_shipment(mut req: InboxRequest) -> Result<InboxRequest, HandlerError> {
     let event = req.event();
     let entity = event.entity.as_ref().ok_or_else(|| HandlerError::permanent("event without entity"))?;
     let key = entity.key.clone();

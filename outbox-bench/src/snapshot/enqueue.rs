@@ -30,7 +30,7 @@ pub(super) async fn enqueue(plan: Plan) -> Result<(), BoxError> {
 
 /// One run: the writers for [`Plan::load`] over `entities`, sampled; the rate over the last window.
 async fn write(db: &TestDb, plan: Plan, entities: u64, label: &str) -> Result<f64, BoxError> {
-    let load = Load { writers: WRITERS, entities, rate: None, length: plan.load };
+    let load = Load { writers: WRITERS, entities, rate: None, per_transaction: 1, length: plan.load };
     let mut writers = Writers::start(db, load).await?;
     let start = writers.start_time();
     let sampled = sample(label, "events", plan, start, async || {

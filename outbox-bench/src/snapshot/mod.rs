@@ -31,7 +31,7 @@
 //!    the relay benchmark's relay process with default settings. The held snapshot begins before
 //!    the backlog is written. Figures: `snapshot_drain_free`, `snapshot_drain_held` (events/s),
 //!    `snapshot_drain_ratio`, and the CPU per 1,000 events of each drain.
-//! 2. `relay`, steady ([`steady`]): writers offer one event per transaction at half the free drain
+//! 2. `relay`, steady ([`steady`]): writers offer four events per transaction at half the free drain
 //!    rate over 1,000 entities for `--steady-secs` (600 s; 20 s with `--quick`) to a relay
 //!    in-process with default settings; the snapshot is held from the start of the run. The backlog
 //!    (events committed minus events the relay recorded as published, both counted in this process:
@@ -39,7 +39,7 @@
 //!    commit-to-confirm and claim times. Figures: `snapshot_steady_target` (half the free drain),
 //!    `snapshot_steady_offered` and `snapshot_steady_offered_held` (events/s the writers committed
 //!    in the free and the held run: below the target where the host cannot commit that many
-//!    one-event transactions beside the relay, which a `#` line then says),
+//!    events beside the relay, which a `#` line then says),
 //!    `snapshot_steady_backlog_max_{free,held}` (events), `snapshot_steady_backlog_max_held_seconds`
 //!    (the held maximum ÷ the held run's offered rate; target below 1 s),
 //!    `snapshot_steady_p{50,99}_{free,held}` (commit to confirm, ms, over the whole run) and
@@ -52,7 +52,7 @@
 //!    window. Figures: `snapshot_enqueue_{hot,many}_{free,held}`
 //!    (tps) and `snapshot_enqueue_{hot,many}_ratio`.
 //! 4. `inbox` ([`inbox`]): the consumer benchmark's consumer process (runner defaults, the inbox
-//!    middleware, an upsert of `shipments`) applies a gapless stream over 10 or 1,000 entities for
+//!    middleware, a handler that inserts one row per event and updates none) applies a gapless stream over 10 or 1,000 entities for
 //!    `--load-secs`, the rate taken as in part 3 from its count of handled deliveries. A queue that
 //!    lasts ten minutes would hold millions of messages, so the queue is kept full instead: 40,000
 //!    messages are published before the consumer starts, and another 20,000 whenever fewer than

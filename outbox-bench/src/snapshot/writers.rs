@@ -1,6 +1,7 @@
 //! The writers of the steady and producer parts: tasks committing one event per transaction through
-//! `Outbox::enqueue`, each on a connection of its own, for a fixed time, either as fast as they can
-//! or paced to a fixed rate, and counting what they committed.
+//! `Outbox::enqueue` (or a few through `Outbox::enqueue_many`), each on a connection of its own, for
+//! a fixed time, either as fast as they can or paced to a fixed rate, and counting what they
+//! committed.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,7 +17,7 @@ use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::error::BoxError;
-use crate::producer::commit_one;
+use crate::producer::{commit_one, commit_several};
 use crate::wait::{FLOOR, allow, join_tasks, within};
 
 /// How the writers write.
@@ -28,6 +29,9 @@ pub(super) struct Load {
     pub(super) entities: u64,
     /// Events per second offered by all writers together; `None`: each as fast as it can.
     pub(super) rate: Option<f64>,
+    /// Events per transaction, each to an entity of its own draw: 1 through `Outbox::enqueue`, more
+    /// through `Outbox::enqueue_many`.
+    pub(super) per_transaction: u64,
     /// How long they write.
     pub(super) length: Duration,
 }
@@ -61,10 +65,12 @@ impl Writers {
         let committed = Arc::new(AtomicU64::new(0));
         let mut tasks = JoinSet::new();
         for writer in 0..load.writers {
-            let period = load.rate.map(|rate| Duration::from_secs_f64(load.writers as f64 / rate));
+            let per_transaction = load.per_transaction.max(1);
+            let period = load.rate.map(|rate| Duration::from_secs_f64((load.writers * per_transaction) as f64 / rate));
             let start = begin + period.unwrap_or_default().mul_f64(writer as f64 / load.writers as f64);
             let (pool, committed) = (pool.clone(), committed.clone());
-            tasks.spawn(write(pool, committed, load.entities, writer, start, period, end));
+            let draw = Draw { entities: load.entities, per_transaction, writer };
+            tasks.spawn(write(pool, committed, draw, start, period, end));
         }
         Ok(Self { committed, tasks, pool, load, begin, end })
     }
@@ -108,20 +114,30 @@ impl Writers {
     }
 }
 
-/// One writer: from `start` until `end`, one event per transaction to a random entity, on every
-/// tick of `period` if given, else back to back.
+/// What one writer's transactions hold.
+#[derive(Debug, Clone, Copy)]
+struct Draw {
+    /// Entities drawn from.
+    entities: u64,
+    /// Events per transaction.
+    per_transaction: u64,
+    /// The writer's number, its random seed.
+    writer: u64,
+}
+
+/// One writer: from `start` until `end`, one transaction of `draw.per_transaction` events, each to
+/// a random entity, on every tick of `period` if given, else back to back.
 async fn write(
     pool: PgPool,
     committed: Arc<AtomicU64>,
-    entities: u64,
-    writer: u64,
+    draw: Draw,
     start: Instant,
     period: Option<Duration>,
     end: Instant,
 ) -> Result<(), BoxError> {
     let outbox = Outbox::new();
     let mut conn = pool.acquire().await?;
-    let mut rng = SmallRng::seed_from_u64(writer);
+    let mut rng = SmallRng::seed_from_u64(draw.writer);
     let mut ticks = period.map(|p| {
         let mut ticks = tokio::time::interval_at(start, p);
         ticks.set_missed_tick_behavior(MissedTickBehavior::Burst);
@@ -134,8 +150,13 @@ async fn write(
         if Instant::now() >= end {
             return Ok(());
         }
-        let order = i64::try_from(rng.random_range(1..=entities))?;
-        commit_one(&mut conn, &outbox, order).await?;
-        committed.fetch_add(1, Ordering::Relaxed);
+        if draw.per_transaction == 1 {
+            let order = i64::try_from(rng.random_range(1..=draw.entities))?;
+            commit_one(&mut conn, &outbox, order).await?;
+        } else {
+            let orders = (0..draw.per_transaction).map(|_| rng.random_range(1..=draw.entities));
+            commit_several(&mut conn, &outbox, orders.map(i64::try_from).collect::<Result<_, _>>()?).await?;
+        }
+        committed.fetch_add(draw.per_transaction, Ordering::Relaxed);
     }
 }
