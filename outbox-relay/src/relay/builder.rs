@@ -251,8 +251,9 @@ impl<P: Publisher> RelayBuilder<P> {
     /// announced. The claim scans the queue from its low water, a position below which no row can
     /// be claimed (see `docs/architecture.md`), so that its cost does not grow with the rows
     /// published while another session holds an old snapshot. Rows that commit late are waited
-    /// for, and a row that becomes due below it is announced (an operator's retry or skip notifies
-    /// the relays, the relay's own re-check of held rows looks at once); this look catches anything
+    /// for (2 s at most; the end of a transaction open longer asks for a look at once), and a row
+    /// that becomes due below it is announced (an operator's retry or skip notifies the relays, the
+    /// relay's own re-check of held rows looks at once); this look catches anything
     /// else, such as a row made due by hand in SQL, or a notification lost with a connection. Each
     /// look walks the queue from its start, so it also runs no more often than once per hundred
     /// times its own duration. Defaults to 30 s.

@@ -12,6 +12,12 @@
 //! of them holds its lock any more, a later look sees all such rows, and the low water moves to the
 //! first pending row before the candidate, or to the candidate.
 //!
+//! A transaction left open (an application that forgot to commit, a session idle in a transaction)
+//! would hold the low water for as long as it stays, and every claim would walk the rows published
+//! since. So the low water waits for a candidate's writers at most [`PASS_WRITERS_AFTER`]; then it
+//! moves on and keeps the writers still open as *passed*. When a passed writer ends, its rows (if
+//! it committed any) are below the low water, and a look below is asked for at once.
+//!
 //! Rows held behind a quarantined event do not hold the low water back (they wait for an operator).
 //! Whatever makes a row below the low water due again asks for a look below it: an operator's retry
 //! or skip (a notification), rows released by the housekeeping re-check, a lost LISTEN connection.
@@ -28,6 +34,10 @@ use crate::store;
 
 /// How often the low water is looked at while the relay claims rows.
 const LOOK_EVERY: Duration = Duration::from_millis(100);
+
+/// How long the low water waits for the transactions that may still commit rows below a candidate
+/// before it moves on without them (and looks below when they end).
+const PASS_WRITERS_AFTER: Duration = Duration::from_secs(2);
 
 /// The least time between two looks below the low water that were asked for.
 const BELOW_ASKED_EVERY: Duration = Duration::from_secs(1);
@@ -70,6 +80,8 @@ impl LowWater {
 struct Candidate {
     position: i64,
     writers: Vec<String>,
+    /// When the candidate was taken.
+    taken: Instant,
 }
 
 /// What the low-water task knows between two looks.
@@ -80,6 +92,8 @@ struct Tracker {
     below_due: Option<Instant>,
     /// When the last look below the low water ran.
     below_last: Option<Instant>,
+    /// Writers the low water moved past while they were still open: when one ends, a look below.
+    passed: Vec<String>,
     /// The least time between two looks below the low water.
     recheck: Duration,
 }
@@ -124,6 +138,10 @@ impl Tracker {
     /// (while claims take rows, or until the low water reached the last candidate), and looks below
     /// the low water if that is asked for or due.
     async fn look(&mut self, pool: &PgPool, low_water: &LowWater) -> Result<()> {
+        if !self.passed.is_empty() && any_ended(&mut self.passed, &store::writers(pool).await?) {
+            // A writer the low water passed is over: whatever it committed is below the low water.
+            low_water.ask_below();
+        }
         let behind = self.candidate.as_ref().is_none_or(|c| c.position > low_water.position());
         let advanced = if low_water.claimed.swap(false, Ordering::SeqCst) || behind {
             self.advance(pool, low_water).await
@@ -143,15 +161,23 @@ impl Tracker {
     }
 
     /// Moves the low water to the candidate (or the first pending row before it) once the
-    /// candidate's writers are over, then takes a new candidate.
+    /// candidate's writers are over, or once it waited [`PASS_WRITERS_AFTER`] for them (those still
+    /// open are kept as passed), then takes a new candidate.
     async fn advance(&mut self, pool: &PgPool, low_water: &LowWater) -> Result<()> {
-        let settled = match &self.candidate {
-            Some(c) => settled(c, &store::writers(pool).await?),
-            None => false,
-        };
-        if self.candidate.is_some() && !settled {
-            // Keep the candidate until its writers are over (a new one would have writers of its own).
-            return Ok(());
+        if let Some(c) = &self.candidate {
+            let writers_now = store::writers(pool).await?;
+            if !settled(c, &writers_now, &self.passed) {
+                if c.taken.elapsed() < PASS_WRITERS_AFTER {
+                    // Keep the candidate until its writers are over (a new one would have writers of its own).
+                    return Ok(());
+                }
+                let open = still_open(c, &writers_now);
+                tracing::debug!(
+                    writers = ?open,
+                    "transactions that may write to the outbox stayed open; the low water moves on and looks below when they end"
+                );
+                pass(&mut self.passed, open);
+            }
         }
         let from = low_water.position();
         let (first, last) = store::first_pending(pool, from).await?;
@@ -168,8 +194,10 @@ impl Tracker {
         }
         let position = candidate_position(from, first, last);
         // After the read above: every writer of a row below `position` that the read did not see.
-        let writers = store::writers(pool).await?;
-        self.candidate = Some(Candidate { position, writers });
+        let mut writers = store::writers(pool).await?;
+        // Writers already passed are not waited for again: their end asks for a look below.
+        writers.retain(|w| !self.passed.contains(w));
+        self.candidate = Some(Candidate { position, writers, taken: Instant::now() });
         Ok(())
     }
 
@@ -205,9 +233,34 @@ fn denied(e: &crate::Error) -> bool {
 
 /// Whether every transaction that could commit a row below the candidate is over. A prepared
 /// transaction recovered by a restarted server shows with a virtual id of its own (`-1/<xid>`),
-/// unlike the one it had when the candidate was taken: while any is open, nothing settles.
-fn settled(candidate: &Candidate, writers_now: &[String]) -> bool {
-    !writers_now.iter().any(|w| w.starts_with("-1/") || candidate.writers.contains(w))
+/// unlike the one it had when the candidate was taken: while any is open and not passed yet,
+/// nothing settles.
+fn settled(candidate: &Candidate, writers_now: &[String], passed: &[String]) -> bool {
+    let recovered = |w: &String| w.starts_with("-1/") && !passed.contains(w);
+    !writers_now.iter().any(|w| recovered(w) || candidate.writers.contains(w))
+}
+
+/// The candidate's writers still open now, and any recovered prepared transaction (those already
+/// passed are dropped by [`pass`]).
+fn still_open(candidate: &Candidate, writers_now: &[String]) -> Vec<String> {
+    let open = |w: &&String| w.starts_with("-1/") || candidate.writers.contains(w);
+    writers_now.iter().filter(open).cloned().collect()
+}
+
+/// Adds `open` to the writers the low water passed.
+fn pass(passed: &mut Vec<String>, open: Vec<String>) {
+    for writer in open {
+        if !passed.contains(&writer) {
+            passed.push(writer);
+        }
+    }
+}
+
+/// Forgets the passed writers that are over; whether any was.
+fn any_ended(passed: &mut Vec<String>, writers_now: &[String]) -> bool {
+    let before = passed.len();
+    passed.retain(|w| writers_now.contains(w));
+    passed.len() < before
 }
 
 /// Whether the last position drawn is below the low water `from`: the positions were restarted.
@@ -233,16 +286,34 @@ mod tests {
     use super::*;
 
     fn candidate(position: i64, writers: &[&str]) -> Candidate {
-        Candidate { position, writers: writers.iter().map(|w| (*w).to_owned()).collect() }
+        Candidate { position, writers: owned(writers), taken: Instant::now() }
+    }
+
+    fn owned(writers: &[&str]) -> Vec<String> {
+        writers.iter().map(|w| (*w).to_owned()).collect()
+    }
+
+    #[test]
+    fn writers_still_open_are_passed_once_and_their_end_asks_for_a_look_below() {
+        let c = candidate(10, &["3/7", "4/9"]);
+        let open = still_open(&c, &owned(&["4/9", "5/1", "-1/4242"]));
+        assert_eq!(open, owned(&["4/9", "-1/4242"]), "the candidate's writer and a recovered prepared one");
+        let mut passed = owned(&["4/9"]);
+        pass(&mut passed, open);
+        assert_eq!(passed, owned(&["4/9", "-1/4242"]));
+        assert!(!any_ended(&mut passed, &owned(&["4/9", "-1/4242", "6/2"])), "both still open");
+        assert!(any_ended(&mut passed, &owned(&["-1/4242", "6/2"])), "4/9 ended");
+        assert_eq!(passed, owned(&["-1/4242"]));
     }
 
     #[test]
     fn a_candidate_settles_only_when_each_of_its_writers_is_over() {
         let c = candidate(10, &["3/7", "4/9"]);
-        assert!(!settled(&c, &["4/9".to_owned(), "5/1".to_owned()]), "4/9 still writes");
-        assert!(settled(&c, &["5/1".to_owned()]), "only a later writer");
-        assert!(settled(&candidate(10, &[]), &["5/1".to_owned()]));
-        assert!(!settled(&candidate(10, &["3/7"]), &["-1/4242".to_owned()]), "a recovered prepared transaction");
+        assert!(!settled(&c, &owned(&["4/9", "5/1"]), &[]), "4/9 still writes");
+        assert!(settled(&c, &owned(&["5/1"]), &[]), "only a later writer");
+        assert!(settled(&candidate(10, &[]), &owned(&["5/1"]), &[]));
+        assert!(!settled(&candidate(10, &["3/7"]), &owned(&["-1/4242"]), &[]), "a recovered prepared transaction");
+        assert!(settled(&candidate(10, &["3/7"]), &owned(&["-1/4242"]), &owned(&["-1/4242"])), "one passed already");
     }
 
     #[test]
@@ -275,10 +346,10 @@ mod tests {
         let never_looked = Tracker::default();
         assert!(never_looked.below_due(now, false), "the first look");
         let t = Tracker {
-            candidate: None,
             below_due: Some(now + Duration::from_secs(30)),
             below_last: Some(now),
             recheck: Duration::from_secs(30),
+            ..Tracker::default()
         };
         assert!(!t.below_due(now + Duration::from_secs(10), false));
         assert!(t.below_due(now + Duration::from_secs(30), false), "due");
