@@ -8,7 +8,8 @@
 //!
 //! The queue is kept full by a feeder ([`super::feed`]), so the rate is the inbox's capacity; the
 //! count of handled deliveries (applied, parked, dropped as duplicates) is read from the process
-//! every sample. Each run has a queue of its own, purged at the end.
+//! every sample. Each run has a queue of its own, deleted at the end: left bound to the exchange, it
+//! would take a copy of every message of the later runs, and the broker would hold millions.
 
 use outbox_consumer::RunnerStats;
 use outbox_testkit::{TestBroker, TestDb};
@@ -41,7 +42,7 @@ pub(super) async fn inbox(broker: &TestBroker, plan: Plan) -> Result<(), BoxErro
 }
 
 /// One run: a fresh queue kept full, the consumer process applying it for [`Plan::load`], sampled;
-/// the rate over the last window. The queue is purged at the end.
+/// the rate over the last window. The queue is deleted at the end.
 async fn apply(
     db: &TestDb,
     broker: &TestBroker,
@@ -63,10 +64,10 @@ async fn apply(
         Ok::<_, BoxError>((series, stats, fed?))
     }
     .await;
-    let purge = queue.channel.queue_purge(queue.name.as_str().into(), Default::default());
-    let purged = within(format_args!("the purge of queue {}", queue.name), FLOOR, purge).await;
+    let delete = queue.channel.queue_delete(queue.name.as_str().into(), Default::default());
+    let deleted = within(format_args!("the deletion of queue {}", queue.name), FLOOR, delete).await;
     let (series, stats, fed) = outcome?;
-    purged?;
+    deleted?;
     report(label, &stats, fed);
     Ok(series.figure(label, "events/s", plan))
 }
