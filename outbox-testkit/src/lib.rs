@@ -27,6 +27,8 @@
 //! - [`FaultyPublisher`]: fails, nacks, returns, delays or loses the confirms of chosen publishes.
 //! - [`Recorder`]: records every delivery of a queue; checks ids, duplicates and per-entity order.
 //! - [`LogCapture`]: what the test process logs, as text, through the product's redacting filter.
+//! - [`rows_fetched`]: the rows of a table the current transaction has read, to prove that a
+//!   statement's plan reads only the rows it should.
 //! - [`SnapshotHolder`]: a session idle in a transaction that holds an old snapshot, as a long
 //!   report does, holding back vacuum (for tests of what `outbox_ops::horizon` shows).
 //! - Crash points: its `fail-points` feature enables those of the relay and the consumer runner
@@ -51,6 +53,7 @@ mod harness;
 mod log_capture;
 mod logging;
 mod proxy;
+mod reads;
 mod reconcile;
 mod recorder;
 mod snapshot;
@@ -66,6 +69,7 @@ pub use harness::{Harness, HarnessBuilder, HarnessPublisher};
 pub use log_capture::LogCapture;
 pub use logging::init_logging;
 pub use proxy::{ChaosProxy, Mode};
+pub use reads::rows_fetched;
 pub use reconcile::{
     BrokerFindings, Change, EventRef, InboxFindings, InboxRow, OrderViolation, OutboxRow, Reconciliation,
     ReconciliationReport, RecorderDeliveries, Snapshot, compare,

@@ -1,7 +1,7 @@
 //! The inbox's statements keep plans made on a nearly empty table: those plans must still read
 //! only the rows of the entity at hand once the consumer's history has grown.
 
-use outbox_testkit::TestDb;
+use outbox_testkit::{TestDb, rows_fetched};
 use sqlx::{Connection, PgConnection};
 
 /// Events of other entities the consumer applied after the plans were made.
@@ -16,24 +16,17 @@ const OTHERS: &str = "INSERT INTO inbox_events (consumer, event_id, entity_key, 
                              'processed', 1, now() \
                       FROM generate_series($2, $1 + $2 - 1) n";
 
-/// The rows of `inbox_events` the session's current transaction fetched so far.
-async fn fetched(conn: &mut PgConnection) -> i64 {
-    let sql = "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) \
-               FROM pg_stat_xact_user_tables WHERE relname = 'inbox_events'";
-    sqlx::query_scalar(sql).fetch_one(conn).await.expect("fetched rows")
-}
-
 /// Locks `entity` of consumer `c` in a transaction of its own; returns its last applied sequence
 /// and the rows of `inbox_events` the lock read.
 async fn lock(conn: &mut PgConnection, entity: &str) -> (i64, i64) {
     let mut tx = conn.begin().await.expect("begin");
-    let before = fetched(&mut tx).await;
+    let before = rows_fetched(&mut tx, "inbox_events").await.expect("rows fetched");
     let last: i64 = sqlx::query_scalar("SELECT inbox_lock_entity('c', $1, 0)")
         .bind(entity)
         .fetch_one(&mut *tx)
         .await
         .expect("lock entity");
-    let read = fetched(&mut tx).await - before;
+    let read = rows_fetched(&mut tx, "inbox_events").await.expect("rows fetched") - before;
     tx.commit().await.expect("commit");
     (last, read)
 }

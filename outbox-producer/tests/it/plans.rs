@@ -1,7 +1,7 @@
 //! The enqueue's statements keep plans made on a nearly empty table: those plans must still read
 //! only the rows of the entity at hand once the outbox's history has grown.
 
-use outbox_testkit::TestDb;
+use outbox_testkit::{TestDb, rows_fetched};
 use sqlx::{Connection, PgConnection};
 
 /// Events of other entities written after the plans were made.
@@ -16,21 +16,14 @@ const OTHERS: &str = "INSERT INTO outbox_events (id, event_type, event_version, 
                              n / 100 + 1, '\\x00', 'application/json', 'published', now() \
                       FROM generate_series($2, $1 + $2 - 1) n";
 
-/// The rows of `outbox_events` the session's current transaction fetched so far.
-async fn fetched(conn: &mut PgConnection) -> i64 {
-    let sql = "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) \
-               FROM pg_stat_xact_user_tables WHERE relname = 'outbox_events'";
-    sqlx::query_scalar(sql).fetch_one(conn).await.expect("fetched rows")
-}
-
 /// Draws the next sequence of `entity` in a transaction of its own (rolled back); returns it and
 /// the rows of `outbox_events` the draw read.
 async fn next_seq(conn: &mut PgConnection, entity: &str) -> (i64, i64) {
     let mut tx = conn.begin().await.expect("begin");
-    let before = fetched(&mut tx).await;
+    let before = rows_fetched(&mut tx, "outbox_events").await.expect("rows fetched");
     let seq: i64 =
         sqlx::query_scalar("SELECT outbox_next_seq($1)").bind(entity).fetch_one(&mut *tx).await.expect("next seq");
-    let read = fetched(&mut tx).await - before;
+    let read = rows_fetched(&mut tx, "outbox_events").await.expect("rows fetched") - before;
     tx.rollback().await.expect("rollback");
     (seq, read)
 }
