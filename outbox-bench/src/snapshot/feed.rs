@@ -1,8 +1,9 @@
-//! Keeping the inbox's queue full for as long as a run lasts. A queue filled beforehand for ten
-//! minutes of applying would hold millions of messages, so the feeder publishes [`LOW`] messages
-//! before the consumer starts and another chunk whenever fewer than [`LOW`] are ready: the consumer
-//! never waits for work (publishing a chunk takes a few seconds at most, and [`LOW`] lasts longer
-//! than that at the inbox's rate), and the queue never holds more than [`LOW`] and a chunk.
+//! Keeping the inbox's queue full for as long as a run lasts. On this 2-core host the inbox applies
+//! events of many entities faster than one publisher beside it can publish them (about 7,200/s), so
+//! topping the queue up is not enough: the feeder publishes a reserve before the consumer starts,
+//! [`RESERVE_PER_SECOND`] for every second of the run (at least [`LOW`]), and another chunk whenever
+//! fewer than the reserve are ready. Publishing goes on through the whole run, and what the inbox
+//! applies faster than the feeder publishes comes out of the reserve, which lasts the run.
 //!
 //! The events continue one stream: event `i` belongs to entity `i % entities` with sequence
 //! `i / entities + 1` ([`wire_message`]), so every entity's sequence is gapless and the inbox
@@ -23,8 +24,11 @@ use crate::wait::{FLOOR, allow_for, within};
 
 /// Messages per chunk.
 const CHUNK: u64 = 20_000;
-/// The ready messages below which the next chunk is published.
+/// The fewest ready messages the feeder keeps in the queue.
 const LOW: u64 = 2 * CHUNK;
+/// The reserve published before the consumer starts, per second of the run: more than the inbox
+/// applies beyond the feeder's own rate (about 2,000 events/s with 1,000 entities here).
+const RESERVE_PER_SECOND: u64 = 3_000;
 /// How often the feeder reads the queue's depth.
 const POLL: Duration = Duration::from_millis(100);
 /// Messages per second that publishing a chunk still reaches on a slow, busy host, for the
@@ -63,16 +67,17 @@ pub(super) struct Feeder {
 }
 
 impl Feeder {
-    /// Publishes the first [`LOW`] events over `entities`, then keeps feeding in a task of its own
-    /// until [`Feeder::stop`].
-    pub(super) async fn start(queue: Queue, entities: u64) -> Result<Self, BoxError> {
+    /// Publishes the reserve of a run of `load` over `entities`, then keeps feeding in a task of its
+    /// own until [`Feeder::stop`].
+    pub(super) async fn start(queue: Queue, entities: u64, load: Duration) -> Result<Self, BoxError> {
+        let reserve = reserve(load);
         let mut published = 0;
-        while published < LOW {
+        while published < reserve {
             publish(&queue, published, entities).await?;
             published += CHUNK;
         }
         let (stop, stopping) = oneshot::channel();
-        let task = tokio::spawn(feed(queue, entities, published, stopping));
+        let task = tokio::spawn(feed(queue, entities, Stream { published, reserve }, stopping));
         Ok(Self { stop, task })
     }
 
@@ -95,15 +100,29 @@ impl Feeder {
     }
 }
 
-/// Publishes chunks whenever the queue's ready messages fall below [`LOW`], until `stopping`; the
-/// stream goes on after the `published` events of the first fill.
+/// The ready messages a run of `load` starts with and is topped up to: whole chunks.
+pub(super) fn reserve(load: Duration) -> u64 {
+    let wanted = (RESERVE_PER_SECOND * load.as_secs()).max(LOW);
+    wanted.div_ceil(CHUNK) * CHUNK
+}
+
+/// Where the feeder's stream stands when it starts feeding.
+struct Stream {
+    /// The events of the first fill.
+    published: u64,
+    /// The ready messages below which the next chunk is published.
+    reserve: u64,
+}
+
+/// Publishes chunks whenever the queue's ready messages fall below the reserve, until `stopping`;
+/// the stream goes on after the events of the first fill.
 async fn feed(
     queue: Queue,
     entities: u64,
-    published: u64,
+    stream: Stream,
     mut stopping: oneshot::Receiver<()>,
 ) -> Result<Fed, BoxError> {
-    let mut fed = Fed { published, least_ready: u32::MAX, readings: 0, empty: 0 };
+    let mut fed = Fed { published: stream.published, least_ready: u32::MAX, readings: 0, empty: 0 };
     loop {
         tokio::select! {
             _ = &mut stopping => return Ok(fed),
@@ -113,7 +132,7 @@ async fn feed(
         fed.least_ready = fed.least_ready.min(ready);
         fed.readings += 1;
         fed.empty += u64::from(ready == 0);
-        if u64::from(ready) < LOW {
+        if u64::from(ready) < stream.reserve {
             publish(&queue, fed.published, entities).await?;
             fed.published += CHUNK;
         }
@@ -133,4 +152,16 @@ async fn publish(queue: &Queue, from: u64, entities: u64) -> Result<(), BoxError
     let messages = (0..usize::try_from(CHUNK)?).map(|k| wire_message(from + k as u64, entities));
     publish_confirmed(&queue.url, &queue.exchange, EVENT_TYPE, messages).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reserve_lasts_the_run_in_whole_chunks() {
+        assert_eq!(reserve(Duration::from_secs(600)), 1_800_000);
+        assert_eq!(reserve(Duration::from_secs(25)), 80_000);
+        assert_eq!(reserve(Duration::from_secs(10)), LOW);
+    }
 }
