@@ -18,8 +18,10 @@
 -- relay     outbox_events: SELECT, UPDATE (claims and outcomes), DELETE (retention);
 --           outbox_entity_sequences: SELECT, INSERT, UPDATE (retention keeps there the highest
 --           sequence it deleted per entity);
---           outbox_relay_listeners: SELECT, INSERT, UPDATE, DELETE (it registers while it waits
---           for a notification); outbox_idempotency_keys: SELECT, UPDATE, DELETE (retention of
+--           outbox_relay_listeners: SELECT, INSERT, UPDATE, DELETE (it writes its row once, when
+--           it first waits for a notification; while it waits it holds an advisory lock, which
+--           needs no privilege); the sequence outbox_relay_wait_hint: SELECT, UPDATE (a waiting
+--           relay keeps it ahead of the clock); outbox_idempotency_keys: SELECT, UPDATE, DELETE (retention of
 --           expired keys); _outbox_migrations: SELECT (its start-up check); the sequence of
 --           outbox_events.position: SELECT (the claim's low water reads the last position drawn).
 --           LISTEN needs no privilege. VACUUM needs the table's ownership (PostgreSQL 17 and later:
@@ -31,8 +33,10 @@
 --           INSERT, UPDATE. Its own business tables are yours to grant, for example
 --           `GRANT SELECT, INSERT, UPDATE ON shipments TO outbox_consumer`.
 -- producer  outbox_events: INSERT; EXECUTE on outbox_next_seq(text) (an entity's next sequence,
---           read from its last event by the function's owner); outbox_relay_listeners: SELECT (the commit trigger
---           looks for a waiting relay); outbox_idempotency_keys: SELECT, INSERT, UPDATE, DELETE
+--           read from its last event by the function's owner); outbox_relay_listeners: SELECT (the
+--           commit trigger looks for a waiting relay, trying its advisory lock); the sequence
+--           outbox_relay_wait_hint: SELECT (whether any relay may wait); outbox_idempotency_keys:
+--           SELECT, INSERT, UPDATE, DELETE
 --           (keyed enqueue takes a key, or an expired one over; a refused batch gives back the keys
 --           it took). Grant these to the application's own role, or grant the producer role to it:
 --           `GRANT outbox_producer TO orders_app`.
@@ -118,6 +122,13 @@ BEGIN
             EXECUTE format('REVOKE ALL ON SEQUENCE %s FROM %I', pg_get_serial_sequence('outbox_events', 'position'), g.role);
         END LOOP;
         EXECUTE format('GRANT SELECT ON SEQUENCE %s TO %I', pg_get_serial_sequence('outbox_events', 'position'), roles[1]);
+    END IF;
+    IF to_regclass('outbox_relay_wait_hint') IS NOT NULL THEN
+        FOR g IN SELECT unnest(roles) AS role LOOP
+            EXECUTE format('REVOKE ALL ON SEQUENCE outbox_relay_wait_hint FROM %I', g.role);
+        END LOOP;
+        EXECUTE format('GRANT SELECT, UPDATE ON SEQUENCE outbox_relay_wait_hint TO %I', roles[1]);
+        EXECUTE format('GRANT SELECT ON SEQUENCE outbox_relay_wait_hint TO %I', roles[3]);
     END IF;
     IF to_regclass('outbox_events') IS NOT NULL AND current_setting('server_version_num')::int >= 170000 THEN
         EXECUTE format('GRANT MAINTAIN ON outbox_events TO %I', roles[1]);

@@ -64,9 +64,11 @@ const RAW_INSERT: &str = "\
 INSERT INTO outbox_events_bare (id, event_type, event_version, payload, content_type, headers, entity_key, seq)
 VALUES ($1, $2, $3, $4, $5, '{}'::jsonb, NULL, NULL)";
 
-/// A relay waiting for notifications, so that every commit notifies (the low-load path).
-const LISTEN: &str = "INSERT INTO outbox_relay_listeners VALUES ('bench', 'infinity')";
-const UNLISTEN: &str = "DELETE FROM outbox_relay_listeners";
+/// A relay waiting for notifications, as a relay's presence session does it, so that every commit
+/// notifies (the low-load path).
+const LISTEN: &str = "SELECT outbox_relay_present('bench') AND outbox_relay_wait('bench', 86400000)";
+/// The relay stops, and its wait hint with it (the variants after it run as under load).
+const UNLISTEN: &str = "SELECT outbox_relay_leave('bench'), setval('outbox_relay_wait_hint', 0)";
 
 const RESET: &str = "TRUNCATE outbox_events, outbox_events_bare, outbox_entity_sequences, outbox_idempotency_keys";
 const VACUUM: &str =
@@ -223,9 +225,15 @@ async fn variants(admin: &PgPool, clients: &PgPool, plan: Plan) -> Result<Rates,
     let batch = measure(admin, clients, plan, Variant::Batch, 1).await?;
     // With a relay waiting for notifications every commit notifies, and notifying commits take a
     // server-wide lock in turn. Relays wait only when they are idle, i.e. at low load.
-    within("a relay registered as listening", FLOOR, sqlx::query(LISTEN).execute(admin)).await?;
+    let mut relay =
+        within("a relay's presence session", FLOOR, PgConnection::connect_with(&admin.connect_options())).await?;
+    let waits: bool =
+        within("a relay waiting for notifications", FLOOR, sqlx::query_scalar(LISTEN).fetch_one(&mut relay)).await?;
+    if !waits {
+        return Err("the benchmark's relay session could not wait for notifications".into());
+    }
     let notify = measure(admin, clients, plan, Variant::Enqueue, 1).await;
-    within("the listening relay withdrawn", FLOOR, sqlx::query(UNLISTEN).execute(admin)).await?;
+    within("the waiting relay withdrawn", FLOOR, sqlx::query(UNLISTEN).execute(&mut relay)).await?;
     figure("producer_enqueue_idle_relay_tps", Value::Rate(notify?), "tps");
     let (mut raw, mut ordered, mut unordered, mut keyed, mut sealed) = (vec![], vec![], vec![], vec![], vec![]);
     let (mut ratio, mut ratio_unordered, mut ratio_keyed, mut ratio_sealed) = (vec![], vec![], vec![], vec![]);

@@ -214,7 +214,7 @@ async fn each_role_does_its_part_and_nothing_else() {
     // Once the relay waits for a notification (it polls only every minute), the producer's
     // commit must wake it.
     wait_for("the relay to wait for notifications", WAIT, || async {
-        let n = count(h.pool(), "SELECT count(*) FROM outbox_relay_listeners WHERE listening_until > now()").await;
+        let n = count(h.pool(), "SELECT outbox_relays_waiting()").await;
         (n > 0).then_some(())
     })
     .await

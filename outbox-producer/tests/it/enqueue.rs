@@ -9,7 +9,7 @@ use outbox_producer::{Error, Outbox};
 use outbox_testkit::TestDb;
 use rand::Rng;
 use rand::seq::SliceRandom;
-use sqlx::{PgPool, Row};
+use sqlx::{Connection, PgPool, Row};
 
 const SECRET: &str = "PAYLOAD-SECRET-93c1e";
 
@@ -307,6 +307,64 @@ async fn database_errors_do_not_quote_the_payload() {
     db.close().await.expect("drop db");
 }
 
+/// Whether a notification came within `within`.
+async fn notified(listener: &mut sqlx::postgres::PgListener, within: Duration) -> bool {
+    tokio::time::timeout(within, listener.recv()).await.is_ok_and(|n| n.is_ok())
+}
+
+/// Commits one event.
+async fn commit_one(pool: &sqlx::PgPool) {
+    let mut tx = pool.begin().await.expect("begin");
+    Outbox::new().enqueue(&mut *tx, event(None)).await.expect("enqueue");
+    tx.commit().await.expect("commit");
+}
+
+/// A relay of this version waits under an advisory lock its own session holds: commits notify
+/// while the lock is held, not once it is released or the session has ended. The relay's row,
+/// written once, is deleted by the next relay to be present once its session is gone.
+#[tokio::test]
+async fn commits_notify_only_while_a_relay_session_holds_its_waiting_lock() {
+    let db = TestDb::new().await.expect("test db");
+    let pool = db.pool();
+    let mut listener = sqlx::postgres::PgListener::connect_with(pool).await.expect("listener");
+    listener.listen(outbox_producer::NOTIFY_CHANNEL).await.expect("listen");
+    let quiet = Duration::from_millis(300);
+    let mut relay = sqlx::PgConnection::connect_with(db.connect_options()).await.expect("relay session");
+    let call = |sql: &'static str| sqlx::query_scalar::<_, bool>(sql);
+
+    assert!(call("SELECT outbox_relay_present('r#1')").fetch_one(&mut relay).await.expect("present"));
+    commit_one(pool).await;
+    assert!(!notified(&mut listener, quiet).await, "notified although the relay did not wait");
+
+    assert!(call("SELECT outbox_relay_wait('r#1', 60000)").fetch_one(&mut relay).await.expect("wait"));
+    commit_one(pool).await;
+    assert!(notified(&mut listener, Duration::from_secs(5)).await, "not notified while the relay waits");
+
+    assert!(call("SELECT outbox_relay_busy('r#1')").fetch_one(&mut relay).await.expect("busy"));
+    commit_one(pool).await;
+    assert!(!notified(&mut listener, quiet).await, "notified although the relay was busy");
+
+    assert!(call("SELECT outbox_relay_wait('r#1', 60000)").fetch_one(&mut relay).await.expect("wait again"));
+    relay.close().await.expect("the relay's session ends");
+    outbox_testkit::wait_for("the ended session's locks released", Duration::from_secs(10), || async {
+        let n: i64 = sqlx::query_scalar("SELECT outbox_relays_waiting()").fetch_one(pool).await.expect("waiting");
+        outbox_testkit::equal(n, 0)
+    })
+    .await
+    .expect("no relay waits");
+    commit_one(pool).await;
+    assert!(!notified(&mut listener, quiet).await, "notified for a relay whose session ended");
+
+    let mut next = sqlx::PgConnection::connect_with(db.connect_options()).await.expect("next relay session");
+    assert!(call("SELECT outbox_relay_present('r#2')").fetch_one(&mut next).await.expect("present"));
+    let rows: Vec<String> =
+        sqlx::query_scalar("SELECT relay_id FROM outbox_relay_listeners").fetch_all(pool).await.expect("listeners");
+    assert_eq!(rows, ["r#2"], "the ended relay's row is deleted by the next one");
+    next.close().await.expect("close");
+    drop(listener);
+    db.close().await.expect("drop db");
+}
+
 /// An idle relay is woken by a notification that arrives only when the enqueuing transaction
 /// commits; while no relay waits for one, commits do not notify (a notifying commit takes a
 /// server-wide lock).
@@ -326,11 +384,14 @@ async fn notification_fires_only_at_commit_and_only_for_a_waiting_relay() {
         "notified although no relay was waiting"
     );
 
-    // A relay registers as waiting (as `Relay` does after lingering).
-    sqlx::query("INSERT INTO outbox_relay_listeners VALUES ('test-relay', now() + interval '1 minute')")
-        .execute(pool)
-        .await
-        .expect("register");
+    // A relay waits, as `Relay` does after lingering: its session holds the waiting lock.
+    let mut relay = sqlx::PgConnection::connect_with(db.connect_options()).await.expect("relay session");
+    let waits: bool =
+        sqlx::query_scalar("SELECT outbox_relay_present('test-relay') AND outbox_relay_wait('test-relay', 60000)")
+            .fetch_one(&mut relay)
+            .await
+            .expect("wait");
+    assert!(waits, "the relay waits");
 
     let mut tx = pool.begin().await.expect("begin");
     outbox.enqueue(&mut *tx, event(Some("n"))).await.expect("enqueue");
@@ -349,6 +410,7 @@ async fn notification_fires_only_at_commit_and_only_for_a_waiting_relay() {
         .expect("notified after commit")
         .expect("recv");
     assert_eq!(n.channel(), outbox_producer::NOTIFY_CHANNEL);
+    relay.close().await.expect("close");
     drop(listener);
     db.close().await.expect("drop db");
 }

@@ -3,7 +3,6 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use futures::FutureExt;
@@ -15,6 +14,7 @@ use tracing::Instrument;
 use uuid::Uuid;
 
 use super::outcome::BatchReport;
+use super::presence::Waiting;
 use super::shared::Shared;
 use super::{claim, deliver};
 use crate::store;
@@ -270,13 +270,10 @@ async fn claim_and_dispatch<P: Publisher>(
         Ok(claimed) => {
             shared.health.database_answered(true);
             *quiet_since = None;
-            if shared.listening.swap(false, Ordering::SeqCst)
-                && let Err(e) = store::unlisten(&shared.pool, &s.relay_id).await
-            {
-                tracing::debug!(error = %e, "could not withdraw the listener registration; it expires by itself");
-            }
             let full = claimed.len() == limit;
             dispatch(shared, flight, claimed, token, hard.clone());
+            // Busy: commits need not notify this relay any more.
+            shared.presence.busy().await;
             if full {
                 return Ok(Next::ClaimAgain);
             }
@@ -347,25 +344,22 @@ async fn wait_for_reason<P>(
 }
 
 /// How long to wait after a claim found nothing. Linger: poll fast for a while after the last
-/// work, without asking for notifications; then register and wait for one (or for the poll).
+/// work, without asking for notifications; then wait for one, the relay's presence telling the
+/// commit trigger so (or for the poll).
 async fn idle_wait<P>(shared: &Shared<P>, quiet_since: &mut Option<tokio::time::Instant>) -> IdleWait {
     let s = &shared.settings;
     let since = *quiet_since.get_or_insert_with(tokio::time::Instant::now);
     if since.elapsed() < s.linger {
         return IdleWait::FastPoll;
     }
-    let already = shared.listening.swap(true, Ordering::SeqCst);
-    if let Err(e) = store::listen(&shared.pool, &s.relay_id, s.poll_interval * 3).await {
-        // Without the registration commits do not notify: keep polling fast.
-        shared.listening.store(false, Ordering::SeqCst);
-        tracing::warn!(error = %e, "cannot register for notifications; polling");
-        IdleWait::For(s.fast_poll_interval.max(Duration::from_millis(100)))
-    } else if already {
-        IdleWait::For(s.poll_interval)
-    } else {
-        // Just registered: a commit whose trigger ran before the registration may become
-        // visible a moment later, so look once more shortly.
-        IdleWait::For(s.fast_poll_interval * 10)
+    match shared.presence.wait(s.poll_interval * 3).await {
+        // A commit whose trigger ran before the relay began to wait did not notify it, and may
+        // become visible a moment later: look once more shortly.
+        Ok(Waiting::Began) => IdleWait::For(s.fast_poll_interval * 10),
+        Ok(Waiting::NotNow) => IdleWait::FastPoll,
+        Ok(Waiting::Still) => IdleWait::For(s.poll_interval),
+        // Without the presence commits do not notify: keep polling fast (the error is logged).
+        Ok(Waiting::Absent) | Err(_) => IdleWait::For(s.fast_poll_interval.max(Duration::from_millis(100))),
     }
 }
 

@@ -24,6 +24,8 @@
 //! - `record.rs`: recording the outcomes, fenced by the claim token, through database blips.
 //!
 //! Beside them:
+//! - `presence.rs`: whether commits notify this relay: a session of its own that holds a lock while
+//!   the relay waits;
 //! - `tasks.rs`: the background tasks: LISTEN, housekeeping, vacuum, gauges, retention, the summary
 //!   line;
 //! - `summary.rs`: what the relay did since its last summary line.
@@ -36,6 +38,7 @@ mod handle;
 mod health;
 mod low_water;
 mod outcome;
+mod presence;
 mod record;
 mod run;
 mod settings;

@@ -17,7 +17,6 @@ use super::health::Health;
 use super::outcome::BatchReport;
 use super::shared::Shared;
 use super::{claim, claim_loop, deliver, low_water, tasks};
-use crate::store;
 use crate::{Error, Result};
 
 /// Publishes committed outbox rows to the broker.
@@ -109,19 +108,18 @@ impl<P: Publisher> Relay<P> {
             let mut tasks = JoinSet::new();
             let shared = self.shared.clone();
             tasks.spawn(async move { claim_loop::worker(shared, stop_rx, hard_rx).await }.in_current_span());
-            let listener = tokio::spawn(tasks::listen(self.shared.clone()).in_current_span());
-            let maintenance = tokio::spawn(tasks::maintain(self.shared.clone()).in_current_span());
-            let vacuum = tokio::spawn(tasks::vacuum(self.shared.clone()).in_current_span());
-            let gauges = tokio::spawn(tasks::gauges(self.shared.clone()).in_current_span());
-            let summary = tokio::spawn(tasks::summarize(self.shared.clone()).in_current_span());
-            let retention = tokio::spawn(tasks::retention(self.shared.clone()).in_current_span());
-            let low_water = {
-                let shared = self.shared.clone();
-                let recheck = s.recheck_passed_rows;
-                tokio::spawn(
-                    async move { low_water::keep(&shared.pool, &shared.low_water, recheck).await }.in_current_span(),
-                )
-            };
+            // Dropped with this future (a relay aborted as if killed), the set aborts them too.
+            let mut background = JoinSet::new();
+            background.spawn(tasks::listen(self.shared.clone()).in_current_span());
+            background.spawn(tasks::maintain(self.shared.clone()).in_current_span());
+            background.spawn(tasks::vacuum(self.shared.clone()).in_current_span());
+            background.spawn(tasks::gauges(self.shared.clone()).in_current_span());
+            background.spawn(tasks::summarize(self.shared.clone()).in_current_span());
+            background.spawn(tasks::retention(self.shared.clone()).in_current_span());
+            let (shared, recheck) = (self.shared.clone(), s.recheck_passed_rows);
+            background.spawn(
+                async move { low_water::keep(&shared.pool, &shared.low_water, recheck).await }.in_current_span(),
+            );
             tracing::info!(batch_size = s.batch_size, confirm_window = s.confirm_window, "relay started");
 
             tokio::pin!(shutdown);
@@ -130,19 +128,13 @@ impl<P: Publisher> Relay<P> {
                 () = &mut shutdown => {}
                 r = tasks::join_next_error(&mut tasks) => result = r,
             }
-            listener.abort();
-            maintenance.abort();
-            vacuum.abort();
-            gauges.abort();
-            summary.abort();
-            retention.abort();
-            low_water.abort();
+            background.abort_all();
             if self.shared.crashed.load(Ordering::SeqCst) {
                 tasks.abort_all();
                 return Err(Error::Crashed);
             }
             let result = self.wind_down(&mut tasks, result, &stop_tx, &hard_tx).await;
-            self.withdraw_listener().await;
+            self.shared.presence.leave().await;
             tracing::info!("relay stopped");
             result
         }
@@ -187,15 +179,6 @@ impl<P: Publisher> Relay<P> {
             }
         }
         result
-    }
-
-    /// Withdraws this relay's registration for notifications, if it has one.
-    async fn withdraw_listener(&self) {
-        if self.shared.listening.swap(false, Ordering::SeqCst)
-            && let Err(e) = store::unlisten(&self.shared.pool, &self.shared.settings.relay_id).await
-        {
-            tracing::warn!(error = %e, "could not withdraw the listener registration; it expires by itself");
-        }
     }
 
     /// One round: claim a batch, publish it, await its confirms, record the outcomes.

@@ -10,6 +10,7 @@ use tokio::sync::Notify;
 
 use super::health::HealthState;
 use super::low_water::LowWater;
+use super::presence::Presence;
 #[cfg(feature = "fail-points")]
 use super::settings::CrashPoint;
 use super::settings::Settings;
@@ -29,8 +30,8 @@ pub(super) struct Shared<P> {
     pub(super) wake: Notify,
     /// A batch reached an armed crash point: the relay is "dead" and writes nothing more.
     pub(super) crashed: AtomicBool,
-    /// Whether this relay is registered in `outbox_relay_listeners`.
-    pub(super) listening: AtomicBool,
+    /// Whether commits notify this relay: its session for the commit trigger.
+    pub(super) presence: Presence,
     /// Rows this relay marked published since its last vacuum of the table.
     pub(super) published_since_vacuum: AtomicU64,
     /// Signalled when `published_since_vacuum` reached `vacuum_after`.
@@ -50,6 +51,7 @@ pub(super) struct Shared<P> {
 impl<P> Shared<P> {
     /// The state of a relay that has not started yet.
     pub(super) fn new(pool: PgPool, publisher: P, routing: Arc<dyn RoutingStrategy>, settings: Settings) -> Self {
+        let presence = Presence::new(&settings.relay_id, pool.connect_options().as_ref().clone());
         Self {
             pool,
             publisher,
@@ -57,7 +59,7 @@ impl<P> Shared<P> {
             settings,
             wake: Notify::new(),
             crashed: AtomicBool::new(false),
-            listening: AtomicBool::new(false),
+            presence,
             published_since_vacuum: AtomicU64::new(0),
             vacuum_due: Notify::new(),
             claiming: tokio::sync::Mutex::new(()),

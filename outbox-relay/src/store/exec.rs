@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use outbox_core::{EventId, FailureKind};
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use super::decode::{self, Sealed, Taken};
@@ -128,15 +128,37 @@ pub(crate) async fn release_claim(pool: &PgPool, token: Uuid, low_water: i64) ->
     Ok(sqlx::query(sql::RELEASE_CLAIM).bind(token).bind(low_water).execute(pool).await?.rows_affected())
 }
 
-/// Registers `relay_id` as waiting for notifications until `ttl` from now.
-pub(crate) async fn listen(pool: &PgPool, relay_id: &str, ttl: Duration) -> Result<()> {
-    sqlx::query(sql::LISTEN).bind(relay_id).bind(ttl.as_secs_f64()).execute(pool).await?;
+/// Makes `relay_id` present on the session `conn` (see `PRESENT`); false if another session runs
+/// under the same id.
+pub(crate) async fn present(conn: &mut PgConnection, relay_id: &str) -> Result<bool> {
+    Ok(sqlx::query_scalar(sql::PRESENT).bind(relay_id).fetch_one(conn).await?)
+}
+
+/// Moves the wait hint `ahead` and takes the waiting lock of `relay_id` on `conn`; false while a
+/// commit is at its end.
+pub(crate) async fn wait(conn: &mut PgConnection, relay_id: &str, ahead: Duration) -> Result<bool> {
+    Ok(sqlx::query_scalar(sql::WAIT).bind(relay_id).bind(millis(ahead)).fetch_one(conn).await?)
+}
+
+/// Moves the wait hint `ahead` again (a round trip that also shows the session still stands).
+pub(crate) async fn still(conn: &mut PgConnection, ahead: Duration) -> Result<()> {
+    sqlx::query(sql::STILL).bind(millis(ahead)).execute(conn).await?;
     Ok(())
 }
 
-/// Withdraws the registration: the relay is busy, commits need not notify.
-pub(crate) async fn unlisten(pool: &PgPool, relay_id: &str) -> Result<()> {
-    sqlx::query(sql::UNLISTEN).bind(relay_id).execute(pool).await?;
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Releases the waiting lock of `relay_id` on `conn`.
+pub(crate) async fn busy(conn: &mut PgConnection, relay_id: &str) -> Result<()> {
+    sqlx::query(sql::BUSY).bind(relay_id).execute(conn).await?;
+    Ok(())
+}
+
+/// Deletes the row of `relay_id` and releases the locks of `conn`.
+pub(crate) async fn leave(conn: &mut PgConnection, relay_id: &str) -> Result<()> {
+    sqlx::query(sql::LEAVE).bind(relay_id).execute(conn).await?;
     Ok(())
 }
 

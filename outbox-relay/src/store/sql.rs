@@ -160,15 +160,24 @@ SET lease_owner = NULL, claim_token = NULL, lease_until = NULL,
     attempts = CASE WHEN $3 THEN greatest(attempts - 1, 0) ELSE attempts END
 WHERE id = ANY($1) AND claim_token = $2 AND status = 'pending'";
 
-/// Registers `$1` as a relay waiting for notifications until `$2` seconds from now: while one is
-/// registered, committing producers notify.
-pub(super) const LISTEN: &str = "\
-INSERT INTO outbox_relay_listeners (relay_id, listening_until)
-VALUES ($1, clock_timestamp() + make_interval(secs => $2))
-ON CONFLICT (relay_id) DO UPDATE SET listening_until = EXCLUDED.listening_until";
+/// Makes `$1` present on this session: its row in `outbox_relay_listeners` (written once) and the
+/// lock that says it is alive; rows of relays that stopped without deleting theirs go. False if
+/// another session runs under the same relay id.
+pub(super) const PRESENT: &str = "SELECT outbox_relay_present($1)";
 
-/// Withdraws the registration of `$1`: the relay is busy, commits need not notify.
-pub(super) const UNLISTEN: &str = "DELETE FROM outbox_relay_listeners WHERE relay_id = $1";
+/// `$1` waits for a notification, for at most `$2` milliseconds before it says so again: the wait
+/// hint moves ahead and its session takes the lock under which committing producers notify. False
+/// while a commit is at its end (the relay looks at the table again instead).
+pub(super) const WAIT: &str = "SELECT outbox_relay_wait($1, $2)";
+
+/// A relay still waits, for at most `$1` milliseconds more: the wait hint moves ahead.
+pub(super) const STILL: &str = "SELECT outbox_relay_still($1)";
+
+/// `$1` is busy: its session releases the waiting lock, and commits no longer notify.
+pub(super) const BUSY: &str = "SELECT outbox_relay_busy($1)";
+
+/// `$1` stops: its row goes, its session's locks are released.
+pub(super) const LEAVE: &str = "SELECT outbox_relay_leave($1)";
 
 /// Vacuums the outbox table: removes the dead row versions and index entries that published rows
 /// leave behind (the claim's scan would step over them otherwise). `SKIP_LOCKED`: if another

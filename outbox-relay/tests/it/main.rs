@@ -8,6 +8,7 @@ mod fencing;
 mod horizon;
 mod low_water;
 mod outages;
+mod presence;
 mod quarantine;
 mod relay;
 mod retention;
