@@ -24,7 +24,7 @@ use uuid::Uuid;
 
 use crate::Result;
 pub use crate::activity::{Activity, CLAIMS_SAMPLED, COUNTED_UP_TO, RelayClaims, activity};
-pub use crate::backlog::{Backlog, EXACT_UP_TO, SAMPLED, backlog};
+pub use crate::backlog::{Backlog, EXACT_UP_TO, SAMPLED, backlog, backlog_from};
 pub use crate::events::{EventRecord, entity_events, event, payload};
 pub use crate::stats::{Stats, stats};
 

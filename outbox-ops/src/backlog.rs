@@ -20,19 +20,22 @@ pub const EXACT_UP_TO: i64 = 100_000;
 /// entities behind, the largest gap and expired leases are exact while no more than these wait.
 pub const SAMPLED: i64 = 10_000;
 
-/// The status names are written out so that the partial indexes' predicates match.
+/// The status names are written out so that the partial indexes' predicates match. The waiting
+/// rows are read from queue position `$3` on (the front of the queue, or a relay's low water), held
+/// rows through their own index wherever they are.
 const BACKLOG: &str = "\
 WITH head AS (
     SELECT count(*) AS n, max(position) AS last FROM (
-        SELECT position FROM outbox_events WHERE status = 'pending' ORDER BY position LIMIT $1
+        SELECT position FROM outbox_events WHERE status = 'pending' AND position >= $3 ORDER BY position LIMIT $1
     ) h
 ), held AS (
-    SELECT count(*) AS n, min(created_at) AS oldest FROM (
-        SELECT created_at FROM outbox_events WHERE status = 'pending' AND next_attempt_at = 'infinity' LIMIT $1
+    SELECT count(*) AS n, count(*) FILTER (WHERE position < $3) AS below, min(created_at) AS oldest FROM (
+        SELECT position, created_at FROM outbox_events
+        WHERE status = 'pending' AND next_attempt_at = 'infinity' LIMIT $1
     ) h
 ), front AS (
     SELECT entity_key, seq, lease_owner IS NOT NULL AND lease_until <= now() AS expired
-    FROM outbox_events WHERE status = 'pending' ORDER BY position LIMIT $2
+    FROM outbox_events WHERE status = 'pending' AND position >= $3 ORDER BY position LIMIT $2
 ), behind AS (
     SELECT u.entity_key, min(u.seq) AS first FROM (
         SELECT entity_key, seq FROM front
@@ -45,10 +48,10 @@ WITH head AS (
     SELECT COALESCE(last_error_kind, 'unknown') AS kind, count(*) AS n FROM outbox_events
     WHERE status = 'quarantined' GROUP BY 1
 )
-SELECT head.n, head.last,
+SELECT head.n + held.below, head.last,
        (SELECT max(position) FROM outbox_events WHERE status = 'pending'),
-       (SELECT EXTRACT(EPOCH FROM now() - created_at)::float8 FROM outbox_events
-        WHERE status = 'pending' ORDER BY position LIMIT 1),
+       EXTRACT(EPOCH FROM now() - least(held.oldest, (SELECT created_at FROM outbox_events
+        WHERE status = 'pending' AND position >= $3 ORDER BY position LIMIT 1)))::float8,
        held.n, EXTRACT(EPOCH FROM now() - held.oldest)::float8,
        (SELECT count(*) FILTER (WHERE expired) FROM front),
        (SELECT count(*) FROM behind),
@@ -111,8 +114,21 @@ type Row = (i64, Option<i64>, Option<i64>, Option<f64>, i64, Option<f64>, i64, i
 /// # Errors
 /// A database error (for example `outbox_events` does not exist: migrations not applied).
 pub async fn backlog<'c>(db: impl Acquire<'c, Database = Postgres>) -> Result<Backlog> {
+    backlog_from(db, 0).await
+}
+
+/// Reads the backlog as [`backlog`] does, of the rows at or after queue position `from` and of
+/// every held row: a relay passes its low water (below which no row is due), so that the read
+/// walks none of the index entries of rows published before it. While another session holds an
+/// old snapshot those entries stay, and a read from the front of the queue walks every row
+/// published since the snapshot began. Rows committed late below `from` are counted once the
+/// relay has found them and moved its low water back.
+///
+/// # Errors
+/// A database error (for example `outbox_events` does not exist: migrations not applied).
+pub async fn backlog_from<'c>(db: impl Acquire<'c, Database = Postgres>, from: i64) -> Result<Backlog> {
     let mut conn = db.acquire().await?;
-    let row: Row = sqlx::query_as(BACKLOG).bind(EXACT_UP_TO).bind(SAMPLED).fetch_one(&mut *conn).await?;
+    let row: Row = sqlx::query_as(BACKLOG).bind(EXACT_UP_TO).bind(SAMPLED).bind(from).fetch_one(&mut *conn).await?;
     let horizon = crate::horizon(&mut *conn).await?;
     let (counted, counted_to, last, oldest, held, oldest_held, expired, behind, gap, kinds, counts) = row;
     Ok(Backlog {

@@ -22,6 +22,8 @@ pub(crate) const TAKEOVERS: &str = "outbox_lease_takeovers_total";
 pub(crate) const CLAIMS: &str = "outbox_relay_claims_total";
 /// Vacuums of `outbox_events` the relay ran itself (counter).
 pub(crate) const VACUUMS: &str = "outbox_relay_vacuums_total";
+/// Vacuums the relay left out because the horizon had not moved since its last one (counter).
+pub(crate) const VACUUMS_SKIPPED: &str = "outbox_relay_vacuums_skipped_total";
 /// From an event's commit to its confirm (histogram, seconds).
 pub(crate) const COMMIT_TO_CONFIRM: &str = "outbox_commit_to_confirm_seconds";
 /// From a message's publish to its confirm (histogram, seconds).
@@ -72,6 +74,10 @@ pub(crate) fn describe() {
     describe_counter!(TAKEOVERS, "Claimed rows whose lease had expired, taken over from another claim.");
     describe_counter!(CLAIMS, "Claims of the relay (label found: rows or none).");
     describe_counter!(VACUUMS, "Vacuums of outbox_events run by the relay.");
+    describe_counter!(
+        VACUUMS_SKIPPED,
+        "Vacuums of outbox_events the relay left out: the xmin horizon had not moved since its last one."
+    );
     describe_gauge!(WAITING, "Events waiting to be published, held ones included (exact up to 100,000).");
     describe_gauge!(HELD, "Events held behind a quarantined event of their entity.");
     describe_gauge!(OLDEST_WAITING, Unit::Seconds, "Age of the oldest waiting event.");

@@ -31,7 +31,7 @@
 //!    the relay benchmark's relay process with default settings. The held snapshot begins before
 //!    the backlog is written. Figures: `snapshot_drain_free`, `snapshot_drain_held` (events/s),
 //!    `snapshot_drain_ratio`, and the CPU per 1,000 events of each drain.
-//! 2. `relay`, steady ([`steady`]): writers offer four events per transaction at half the free drain
+//! 2. `relay`, steady ([`steady`]): writers offer 16 events per transaction at half the free drain
 //!    rate over 1,000 entities for `--steady-secs` (600 s; 20 s with `--quick`) to a relay
 //!    in-process with default settings; the snapshot is held from the start of the run. The backlog
 //!    (events committed minus events the relay recorded as published, both counted in this process:

@@ -44,26 +44,47 @@ pub(super) async fn maintain<P: Publisher>(shared: Arc<Shared<P>>) {
 }
 
 /// Vacuums the outbox table whenever this relay marked `vacuum_after` rows published since the
-/// last time (see [`RelayBuilder::vacuum_after`](super::RelayBuilder::vacuum_after)).
+/// last time (see [`RelayBuilder::vacuum_after`](super::RelayBuilder::vacuum_after)), unless the
+/// xmin horizon is where it was at the last vacuum: while another session holds an old snapshot,
+/// a vacuum removes nothing and yet reads every page written since the snapshot began, a cost
+/// that grows with every minute the snapshot stays.
 pub(super) async fn vacuum<P: Publisher>(shared: Arc<Shared<P>>) {
     let Some(every) = shared.settings.vacuum_after else {
         return;
     };
+    let mut last_horizon = None;
     loop {
         shared.vacuum_due.notified().await;
         if shared.published_since_vacuum.load(Ordering::Relaxed) < every {
             continue;
         }
         shared.published_since_vacuum.store(0, Ordering::Relaxed);
-        let started = std::time::Instant::now();
-        match store::vacuum(&shared.pool).await {
-            Ok(()) => {
-                let took = started.elapsed();
-                metrics::counter!(crate::metrics::VACUUMS).increment(1);
-                metrics::histogram!(crate::metrics::VACUUM_SECONDS).record(took.as_secs_f64());
-                tracing::debug!(took_ms = took.as_millis(), "outbox table vacuumed");
-            }
-            Err(e) => tracing::warn!(error = %e, "could not vacuum the outbox table; autovacuum must keep it lean"),
+        let horizon = store::horizon(&shared.pool).await.unwrap_or(None);
+        if horizon.is_some() && horizon == last_horizon {
+            metrics::counter!(crate::metrics::VACUUMS_SKIPPED).increment(1);
+            tracing::debug!("outbox table not vacuumed: the xmin horizon has not moved since the last vacuum");
+            continue;
+        }
+        if vacuum_once(&shared.pool).await {
+            last_horizon = horizon;
+        }
+    }
+}
+
+/// One vacuum of the outbox table, measured; false if it failed.
+async fn vacuum_once(pool: &sqlx::PgPool) -> bool {
+    let started = std::time::Instant::now();
+    match store::vacuum(pool).await {
+        Ok(()) => {
+            let took = started.elapsed();
+            metrics::counter!(crate::metrics::VACUUMS).increment(1);
+            metrics::histogram!(crate::metrics::VACUUM_SECONDS).record(took.as_secs_f64());
+            tracing::debug!(took_ms = took.as_millis(), "outbox table vacuumed");
+            true
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "could not vacuum the outbox table; autovacuum must keep it lean");
+            false
         }
     }
 }
@@ -116,7 +137,8 @@ pub(super) async fn listen<P: Publisher>(shared: Arc<Shared<P>>) {
     }
 }
 
-/// Reads the backlog into the gauges every `gauge_interval`.
+/// Reads the backlog into the gauges every `gauge_interval`, from the queue's low water on (see
+/// [`outbox_ops::admin::backlog_from`]).
 pub(super) async fn gauges<P: Publisher>(shared: Arc<Shared<P>>) {
     let Some(every) = shared.settings.gauge_interval else {
         return;
@@ -126,7 +148,7 @@ pub(super) async fn gauges<P: Publisher>(shared: Arc<Shared<P>>) {
     let mut kinds_seen = Vec::new();
     loop {
         tick.tick().await;
-        match outbox_ops::admin::backlog(&shared.pool).await {
+        match outbox_ops::admin::backlog_from(&shared.pool, shared.low_water.position()).await {
             Ok(backlog) => crate::gauges::record(&backlog, &mut kinds_seen),
             Err(e) => tracing::debug!(error = %e, "could not read the backlog for the gauges"),
         }
@@ -161,7 +183,7 @@ pub(super) async fn summarize<P: Publisher>(shared: Arc<Shared<P>>) {
     loop {
         tick.tick().await;
         let (published, taken_over, failed) = shared.tally.take();
-        match outbox_ops::admin::backlog(&shared.pool).await {
+        match outbox_ops::admin::backlog_from(&shared.pool, shared.low_water.position()).await {
             Ok(b) => tracing::info!(published, failed = %failed, taken_over, waiting = b.waiting, held = b.held,
                 oldest_waiting_secs = b.oldest_waiting_age.as_secs(), "outbox.summary"),
             Err(e) => tracing::info!(published, failed = %failed, taken_over, backlog = %e, "outbox.summary"),

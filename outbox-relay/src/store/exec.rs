@@ -162,6 +162,11 @@ pub(crate) async fn leave(conn: &mut PgConnection, relay_id: &str) -> Result<()>
     Ok(())
 }
 
+/// The transaction id holding back the vacuum horizon, if anything holds it (see `HORIZON`).
+pub(crate) async fn horizon(pool: &PgPool) -> Result<Option<i64>> {
+    Ok(sqlx::query_scalar(sql::HORIZON).fetch_optional(pool).await?.flatten())
+}
+
 /// Vacuums the outbox table (see `VACUUM`). Sent as a simple query, as `VACUUM` cannot run in the
 /// implicit transaction of a prepared statement.
 pub(crate) async fn vacuum(pool: &PgPool) -> Result<()> {

@@ -12,8 +12,8 @@ mod sql;
 
 pub(crate) use decode::{Claimed, Corrupt, Sealed, Taken};
 pub(crate) use exec::{
-    Ask, Failure, busy, claim, first_pending, leave, mark_failed, mark_published, pending_below, position_cache,
-    present, release, release_claim, still, vacuum, wait, writers,
+    Ask, Failure, busy, claim, first_pending, horizon, leave, mark_failed, mark_published, pending_below,
+    position_cache, present, release, release_claim, still, vacuum, wait, writers,
 };
 pub use session::SESSION;
 pub use sql::{CLAIM, MARK_PUBLISHED};

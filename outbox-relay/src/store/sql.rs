@@ -184,6 +184,24 @@ pub(super) const LEAVE: &str = "SELECT outbox_relay_leave($1)";
 /// vacuum holds the table, this one does nothing.
 pub(super) const VACUUM: &str = "VACUUM (SKIP_LOCKED) outbox_events";
 
+/// The transaction id that holds back this database's vacuum horizon (the oldest `backend_xmin` or
+/// `backend_xid` of a session in this database or in none, or a replication slot's `xmin`), as a
+/// number; NULL when nothing does. This session and sessions running a vacuum, which vacuum
+/// ignores, do not count. Every role may read these columns. While it stays the same, a vacuum
+/// can remove nothing that the last one under it could not.
+pub(super) const HORIZON: &str = "\
+SELECT x::text::int8 FROM (
+    SELECT unnest(ARRAY[backend_xid, backend_xmin]) AS x FROM pg_stat_activity
+    WHERE (datname = current_database() OR datid IS NULL)
+      AND pid <> pg_backend_pid()
+      AND pid NOT IN (SELECT pid FROM pg_stat_progress_vacuum)
+    UNION ALL
+    SELECT xmin FROM pg_replication_slots
+) held
+WHERE x IS NOT NULL
+ORDER BY age(x) DESC
+LIMIT 1";
+
 /// The first position at or after `$1` of a row that is pending and not held behind a quarantined
 /// event (held rows wait for an operator, whose action asks for a look below the low water), and
 /// the last position handed out. Walks the queue index from `$1` to the first such row: the rows
