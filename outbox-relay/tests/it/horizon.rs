@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use metrics_util::debugging::{DebugValue, Snapshotter};
 use outbox_testkit::{SnapshotHolder, wait_for};
 
 use crate::support::{self, enqueue, wait_all_published};
@@ -86,10 +86,7 @@ async fn scenario(snapshotter: &Snapshotter) {
 
 #[test]
 fn the_relay_gauges_a_held_snapshot_and_drops_to_zero_once_it_commits() {
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-    metrics::with_local_recorder(&recorder, || runtime.block_on(scenario(&snapshotter)));
+    support::with_recorder(|snapshotter| async move { scenario(&snapshotter).await });
 }
 
 /// While another session holds an old snapshot a vacuum removes nothing, yet reads every page
@@ -123,8 +120,5 @@ async fn vacuums_scenario(snapshotter: &Snapshotter) {
 
 #[test]
 fn the_relay_leaves_out_vacuums_while_the_horizon_stands_still() {
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-    metrics::with_local_recorder(&recorder, || runtime.block_on(vacuums_scenario(&snapshotter)));
+    support::with_recorder(|snapshotter| async move { vacuums_scenario(&snapshotter).await });
 }

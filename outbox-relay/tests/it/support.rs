@@ -71,3 +71,14 @@ pub async fn wait_all_published(pool: &PgPool, n: i64, deadline: Duration) {
     .await
     .unwrap_or_else(|e| panic!("{e}"));
 }
+
+/// Runs `scenario` on a runtime of its own with a metrics recorder local to it, which the scenario
+/// reads through the snapshotter it is given (tests of the relay's gauges and counters).
+pub fn with_recorder<F: std::future::Future<Output = ()>>(
+    scenario: impl FnOnce(metrics_util::debugging::Snapshotter) -> F,
+) {
+    let recorder = metrics_util::debugging::DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    metrics::with_local_recorder(&recorder, || runtime.block_on(scenario(snapshotter)));
+}

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use metrics_util::debugging::{DebugValue, Snapshotter};
 use outbox_core::NewEvent;
 use outbox_ops::admin::{self, Backlog};
 use outbox_testkit::{Fault, FaultyPublisher, Harness, wait_for};
@@ -75,8 +75,5 @@ async fn scenario(snapshotter: &Snapshotter) {
 
 #[test]
 fn an_expired_lease_shows_in_the_backlog_and_its_takeover_is_counted() {
-    let recorder = DebuggingRecorder::new();
-    let snapshotter = recorder.snapshotter();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-    metrics::with_local_recorder(&recorder, || runtime.block_on(scenario(&snapshotter)));
+    crate::support::with_recorder(|snapshotter| async move { scenario(&snapshotter).await });
 }
