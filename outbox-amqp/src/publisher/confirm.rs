@@ -1,12 +1,7 @@
-//! A publisher confirm as the outcome the relay records: confirmed, or failed with the kind that
-//! decides whether the event is charged.
+//! Outcomes decided without the broker's confirm (failed at once), and which message a closed
+//! channel blames.
 
-use std::sync::Arc;
-
-use lapin::Confirmation;
 use outbox_core::{ConfirmFuture, FailureKind, PublishFailure, PublishOutcome};
-
-use super::shared::Inner;
 
 pub(super) fn ready(outcome: PublishOutcome) -> ConfirmFuture {
     Box::pin(std::future::ready(outcome))
@@ -35,23 +30,6 @@ pub(super) fn blame(mut failure: PublishFailure, body_len: usize) -> PublishFail
         failure.reason = format!("channel closed by another message's rejection ({})", failure.reason);
     }
     failure
-}
-
-/// Awaits a confirm and turns it into the outcome the relay records.
-pub(super) async fn confirm(pending: lapin::PublisherConfirm, body_len: usize, inner: Arc<Inner>) -> PublishOutcome {
-    let failed = |kind, reason: String| PublishOutcome::Failed(PublishFailure::new(kind, reason));
-    match pending.await {
-        Ok(Confirmation::Ack(None)) => PublishOutcome::Confirmed,
-        Ok(Confirmation::Ack(Some(returned))) => failed(
-            FailureKind::Rejected,
-            format!("returned by the broker: {} {}", returned.reply_code, returned.reply_text.as_str()),
-        ),
-        Ok(Confirmation::Nack(_)) => failed(FailureKind::Transient, "nacked by the broker".to_owned()),
-        Ok(Confirmation::NotRequested) => {
-            failed(FailureKind::Transient, "publisher confirms are not enabled".to_owned())
-        }
-        Err(e) => PublishOutcome::Failed(blame(inner.lost_or_classified(&e).await, body_len)),
-    }
 }
 
 #[cfg(test)]

@@ -10,8 +10,9 @@ use outbox_core::{
 };
 use tokio::time::Instant;
 
-use super::confirm::{blame, confirm, failed_all, ready};
-use super::shared::{Inner, State};
+use super::confirm::{blame, failed_all, ready};
+use super::ledger::Ledger;
+use super::shared::{Inner, Link, State};
 use crate::classify::classify;
 use crate::{Error, topology};
 
@@ -67,7 +68,7 @@ impl AmqpPublisher {
     /// Closes the connection (the next publish opens a new one).
     pub async fn close(&self) {
         let mut state = self.inner.state.lock().await;
-        let channel = state.channel.take();
+        let channel = state.channel.take().map(|link| link.channel);
         if let Some(conn) = state.connection.take() {
             crate::close(&conn, &channel.iter().collect::<Vec<_>>(), "outbox relay closing").await;
         }
@@ -75,12 +76,12 @@ impl AmqpPublisher {
 
     /// A live confirm channel, connecting if needed; or the failure that every message of the
     /// batch gets while the broker is unreachable.
-    async fn channel(&self) -> Result<Channel, PublishFailure> {
+    async fn channel(&self) -> Result<Link, PublishFailure> {
         let mut state = self.inner.state.lock().await;
-        if let Some(ch) = &state.channel
-            && ch.status().connected()
+        if let Some(link) = &state.channel
+            && link.channel.status().connected()
         {
-            return Ok(ch.clone());
+            return Ok(link.clone());
         }
         state.channel = None;
         if let (Some(at), Some(f)) = (state.retry_at, &state.last_failure)
@@ -89,12 +90,13 @@ impl AmqpPublisher {
             return Err(f.clone());
         }
         match self.open(&mut state).await {
-            Ok(ch) => {
+            Ok(channel) => {
                 state.failures = 0;
                 state.retry_at = None;
                 state.last_failure = None;
-                state.channel = Some(ch.clone());
-                Ok(ch)
+                let link = Link { channel, ledger: Ledger::spawn(Arc::downgrade(&self.inner)) };
+                state.channel = Some(link.clone());
+                Ok(link)
             }
             Err(failure) => {
                 state.failures = state.failures.saturating_add(1);
@@ -129,14 +131,14 @@ impl AmqpPublisher {
 
     async fn forget_channel(&self, broken: &Channel) {
         let mut state = self.inner.state.lock().await;
-        if state.channel.as_ref().is_some_and(|c| c.id() == broken.id()) {
+        if state.channel.as_ref().is_some_and(|link| link.channel.id() == broken.id()) {
             state.channel = None;
         }
     }
 
     /// Sends one message, or says why it was not sent (it is larger than the broker accepts, or
     /// the channel failed, in which case nothing after it is sent either: `Err`).
-    async fn send(&self, channel: &Channel, msg: &OutgoingMessage) -> Result<ConfirmFuture, PublishFailure> {
+    async fn send(&self, link: &Link, msg: &OutgoingMessage) -> Result<ConfirmFuture, PublishFailure> {
         let body_len = msg.message.body.len();
         if body_len > self.inner.max_message_bytes {
             let reason =
@@ -146,12 +148,13 @@ impl AmqpPublisher {
         let options = BasicPublishOptions { mandatory: true, ..BasicPublishOptions::default() };
         let props = crate::to_properties(&msg.message);
         let (exchange, key) = (msg.exchange.as_str().into(), msg.routing_key.as_str().into());
-        match channel.basic_publish(exchange, key, options, &msg.message.body, props).await {
-            Ok(pending) => Ok(Box::pin(confirm(pending, body_len, self.inner.clone()))),
+        let ticket = link.ledger.begin();
+        match link.channel.basic_publish(exchange, key, options, &msg.message.body, props).await {
+            Ok(pending) => Ok(ticket.register(msg.message.properties.message_id.clone(), body_len, pending)),
             Err(e) => {
                 let failure = blame(self.inner.lost_or_classified(&e).await, body_len);
                 tracing::warn!(event_id = %msg.event_id, kind = %failure.kind, reason = %failure.reason, "outbox.publish_failed");
-                self.forget_channel(channel).await;
+                self.forget_channel(&link.channel).await;
                 Err(failure)
             }
         }
@@ -160,8 +163,8 @@ impl AmqpPublisher {
 
 impl Publisher for AmqpPublisher {
     async fn publish(&self, batch: Vec<OutgoingMessage>) -> Vec<ConfirmFuture> {
-        let channel = match self.channel().await {
-            Ok(ch) => ch,
+        let link = match self.channel().await {
+            Ok(link) => link,
             // Nothing was sent: not the events' failure, whatever the cause of the connection's.
             Err(failure) => {
                 return failed_all(batch.len(), &PublishFailure::new(FailureKind::Unavailable, failure.reason));
@@ -169,7 +172,7 @@ impl Publisher for AmqpPublisher {
         };
         let mut out: Vec<ConfirmFuture> = Vec::with_capacity(batch.len());
         for msg in &batch {
-            match self.send(&channel, msg).await {
+            match self.send(&link, msg).await {
                 Ok(confirm) => out.push(confirm),
                 Err(failure) => {
                     out.extend(failed_all(batch.len() - out.len(), &failure));
@@ -187,8 +190,8 @@ impl Publisher for AmqpPublisher {
                 state.exchanges.push((exchange.to_owned(), kind));
             }
         }
-        let channel = self.channel().await?;
-        topology::declare_exchange(&channel, exchange, kind).await.map_err(failure_of)
+        let link = self.channel().await?;
+        topology::declare_exchange(&link.channel, exchange, kind).await.map_err(failure_of)
     }
 
     async fn connect(&self) -> Result<(), PublishFailure> {

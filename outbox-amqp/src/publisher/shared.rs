@@ -1,5 +1,5 @@
 //! The state the clones of one publisher and their pending confirms share: its nodes and settings,
-//! the connection and its confirm channel, and the back-off after failed connection attempts.
+//! the connection and its confirm channel (with its ledger), and the back-off after failed connection attempts.
 
 use std::time::Duration;
 
@@ -8,6 +8,7 @@ use outbox_core::{ExchangeKind, FailureKind, PublishFailure};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
+use super::ledger::Ledger;
 use crate::Nodes;
 use crate::classify::{classify, connection_lost};
 
@@ -25,11 +26,18 @@ pub(super) struct Inner {
 #[derive(Default)]
 pub(super) struct State {
     pub(super) connection: Option<Connection>,
-    pub(super) channel: Option<Channel>,
+    pub(super) channel: Option<Link>,
     pub(super) exchanges: Vec<(String, ExchangeKind)>,
     pub(super) failures: u32,
     pub(super) retry_at: Option<Instant>,
     pub(super) last_failure: Option<PublishFailure>,
+}
+
+/// A confirm channel and the ledger that pairs its confirms with the broker's returns.
+#[derive(Clone)]
+pub(super) struct Link {
+    pub(super) channel: Channel,
+    pub(super) ledger: Ledger,
 }
 
 impl Inner {

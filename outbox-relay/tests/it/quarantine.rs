@@ -141,3 +141,63 @@ async fn a_corrupt_row_is_quarantined_and_its_entity_waits_while_others_flow() {
     assert_eq!(h.recorder().ids(), [fine].into_iter().collect());
     h.close().await.expect("cleanup");
 }
+
+/// AMQP does not say which publish a `basic.return` answers: the broker sends it before the
+/// confirm of its message, and often confirms that message together with others in one `multiple`
+/// ack. Among thousands of routed events, exactly the unroutable ones are quarantined (as
+/// `rejected`, with the broker's reply), and every routed one is published and delivered once.
+#[tokio::test]
+async fn among_many_routed_events_exactly_the_unroutable_ones_are_quarantined() {
+    let mut h = Harness::builder().defer_relay().bindings(&["order.*"]).start().await.expect("harness");
+    let outbox = Outbox::new();
+    let (mut routed, mut unroutable) = (Vec::new(), Vec::new());
+    for round in 0..6 {
+        let events = (0..500).map(|i| {
+            let event_type = if i % 7 == round { "audit.recorded" } else { "order.changed" };
+            NewEvent::new(event_type, Payload::new(vec![b'x'; 100], "application/octet-stream"))
+        });
+        let types: Vec<bool> = (0..500).map(|i| i % 7 == round).collect();
+        let mut tx = h.pool().begin().await.expect("begin");
+        let ids = outbox.enqueue_many(&mut *tx, events).await.expect("enqueue");
+        tx.commit().await.expect("commit");
+        for (id, lost) in ids.into_iter().zip(types) {
+            if lost { unroutable.push(*id.as_uuid()) } else { routed.push(*id.as_uuid()) }
+        }
+    }
+    h.start_relay().await.expect("relay");
+    wait_for("every event published or quarantined", Duration::from_secs(120), || async {
+        let open: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_events WHERE status = 'pending'")
+            .fetch_one(h.pool())
+            .await
+            .ok()?;
+        (open == 0).then_some(())
+    })
+    .await
+    .expect("settled");
+    h.recorder().wait_all_delivered(routed.iter().copied(), Duration::from_secs(30)).await.expect("routed delivered");
+    h.stop_relay().await.expect("shutdown");
+
+    let quarantined: std::collections::HashSet<Uuid> =
+        sqlx::query_scalar("SELECT id FROM outbox_events WHERE status = 'quarantined'")
+            .fetch_all(h.pool())
+            .await
+            .expect("quarantined")
+            .into_iter()
+            .collect();
+    let wrongly: Vec<_> = routed.iter().filter(|id| quarantined.contains(id)).collect();
+    let missed: Vec<_> = unroutable.iter().filter(|id| !quarantined.contains(id)).collect();
+    assert!(
+        wrongly.is_empty() && missed.is_empty(),
+        "{} routed quarantined, {} unroutable not",
+        wrongly.len(),
+        missed.len()
+    );
+    for id in &unroutable {
+        let (_, kind, reason) = status_of(h.pool(), *id).await;
+        assert_eq!(kind.as_deref(), Some("rejected"));
+        assert!(reason.as_deref().is_some_and(|r| r.contains("NO_ROUTE")), "{reason:?}");
+    }
+    assert_eq!(h.recorder().ids(), routed.iter().copied().collect(), "the routed events, and nothing else");
+    assert!(h.recorder().duplicates().is_empty(), "each routed event once");
+    h.close().await.expect("cleanup");
+}

@@ -1,0 +1,248 @@
+//! Which message a `basic.return` answers. AMQP does not say: a return carries the message, not its
+//! delivery tag, and the broker only promises to send it before the confirm of that message. lapin
+//! hands each return to the next confirm it completes, which is another message's whenever
+//! confirms cross the return (the broker confirms a routed message in between, or several at once
+//! with `multiple`, which lapin completes in no fixed order). Taken at lapin's word, an unroutable
+//! event would count as published and a routed one as returned.
+//!
+//! So one task per channel (the ledger) holds every confirm of the channel, reads each return's
+//! `message_id`, and decides a message's outcome only when every confirm that could hold its return
+//! has been seen: the holder of a message's return is completed no later than the message itself,
+//! so once a message is seen completed, it is enough to have taken in every publish begun until
+//! then and to have seen every confirm completed by then.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+use lapin::Confirmation;
+use lapin::message::BasicReturnMessage;
+use outbox_core::{ConfirmFuture, FailureKind, PublishFailure, PublishOutcome};
+use tokio::sync::{mpsc, oneshot};
+
+use super::confirm::blame;
+use super::shared::Inner;
+
+/// The ledger of one confirm channel: where each publish on it registers its confirm.
+#[derive(Clone)]
+pub(super) struct Ledger {
+    books: Arc<Mutex<Books>>,
+}
+
+/// The publishes begun and not yet registered, and the way to the ledger's task.
+struct Books {
+    next: u64,
+    begun: BTreeSet<u64>,
+    tx: mpsc::UnboundedSender<Entry>,
+}
+
+/// A publish about to be sent: registered with its confirm, or settled without one when dropped.
+pub(super) struct Ticket {
+    books: Arc<Mutex<Books>>,
+    seq: Option<u64>,
+}
+
+enum Entry {
+    Watch(Watched),
+    Settled,
+}
+
+/// A message's confirm as the ledger holds it.
+struct Watched {
+    message_id: Option<String>,
+    body_len: usize,
+    confirm: lapin::PublisherConfirm,
+    reply: oneshot::Sender<PublishOutcome>,
+}
+
+/// A completed confirm whose outcome is not decided yet.
+struct Seen {
+    message_id: Option<String>,
+    body_len: usize,
+    confirmation: lapin::Result<Confirmation>,
+    reply: oneshot::Sender<PublishOutcome>,
+}
+
+impl Ledger {
+    /// A ledger for a new channel, with its task spawned on the current runtime. The task ends
+    /// when the ledger and its tickets are gone and every confirm it holds is completed.
+    pub(super) fn spawn(inner: Weak<Inner>) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let books = Arc::new(Mutex::new(Books { next: 0, begun: BTreeSet::new(), tx }));
+        tokio::spawn(run(rx, Arc::downgrade(&books), inner));
+        Self { books }
+    }
+
+    /// Begins a publish: until its ticket is registered or dropped, no outcome is decided for a
+    /// confirm completed after this point.
+    pub(super) fn begin(&self) -> Ticket {
+        let mut books = lock(&self.books);
+        let seq = books.next;
+        books.next += 1;
+        books.begun.insert(seq);
+        Ticket { books: self.books.clone(), seq: Some(seq) }
+    }
+}
+
+impl Ticket {
+    /// Hands the message's confirm to the ledger; the future resolves to its decided outcome.
+    pub(super) fn register(
+        mut self,
+        message_id: Option<String>,
+        body_len: usize,
+        confirm: lapin::PublisherConfirm,
+    ) -> ConfirmFuture {
+        let (reply, outcome) = oneshot::channel();
+        let mut books = lock(&self.books);
+        let watched = Watched { message_id, body_len, confirm, reply };
+        if let Some(seq) = self.seq.take() {
+            books.begun.remove(&seq);
+        }
+        let _ = books.tx.send(Entry::Watch(watched));
+        drop(books);
+        Box::pin(outcome.map(|decided| {
+            decided.unwrap_or_else(|_| {
+                PublishOutcome::Failed(PublishFailure::new(FailureKind::Unavailable, "confirm abandoned"))
+            })
+        }))
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if let Some(seq) = self.seq.take() {
+            let mut books = lock(&self.books);
+            books.begun.remove(&seq);
+            let _ = books.tx.send(Entry::Settled);
+        }
+    }
+}
+
+fn lock(books: &Mutex<Books>) -> MutexGuard<'_, Books> {
+    books.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The ledger's task: takes in confirms, notes the returns they carry by message id, and decides
+/// outcomes when it is safe to (see the module's note).
+async fn run(mut rx: mpsc::UnboundedReceiver<Entry>, books: Weak<Mutex<Books>>, inner: Weak<Inner>) {
+    let mut state = State::default();
+    let mut open = true;
+    while open || !state.confirming.is_empty() || !state.observed.is_empty() || !state.waiting.is_empty() {
+        tokio::select! {
+            entry = rx.recv(), if open => match entry {
+                Some(entry) => state.take(entry),
+                None => open = false,
+            },
+            Some(seen) = state.confirming.next(), if !state.confirming.is_empty() => state.note(seen),
+        }
+        state.settle(&mut rx, &books, &inner).await;
+    }
+    state.report_orphans();
+}
+
+type Completing = futures::future::BoxFuture<'static, Seen>;
+
+#[derive(Default)]
+struct State {
+    confirming: FuturesUnordered<Completing>,
+    /// Completed confirms seen since the ledger last looked at the books.
+    observed: Vec<Seen>,
+    /// Completed confirms, each with the number of publishes begun before it was seen: decided
+    /// once all of those are registered and one more look at the confirms has been taken.
+    waiting: Vec<(u64, Seen)>,
+    /// Returned messages by message id, until their own confirm is decided.
+    returned: HashMap<String, String>,
+}
+
+impl State {
+    fn take(&mut self, entry: Entry) {
+        if let Entry::Watch(w) = entry {
+            self.confirming.push(Box::pin(async move {
+                let confirmation = w.confirm.await;
+                Seen { message_id: w.message_id, body_len: w.body_len, confirmation, reply: w.reply }
+            }));
+        }
+    }
+
+    /// Records the return a completed confirm carries under the message id it names (under the
+    /// confirm's own message when the return names none).
+    fn note(&mut self, mut seen: Seen) {
+        if let Ok(Confirmation::Ack(returned) | Confirmation::Nack(returned)) = &mut seen.confirmation
+            && let Some(message) = returned.take()
+        {
+            let owner = message.properties.message_id().as_ref().map(|id| id.as_str().to_owned());
+            if let Some(owner) = owner.or_else(|| seen.message_id.clone()) {
+                self.returned.insert(owner, reason(&message));
+            }
+        }
+        self.observed.push(seen);
+    }
+
+    /// Rounds of: take in what was registered and read the books; see every confirm completed;
+    /// decide the ones whose earlier publishes were all registered before that look. Repeats
+    /// while confirms keep completing.
+    async fn settle(
+        &mut self,
+        rx: &mut mpsc::UnboundedReceiver<Entry>,
+        books: &Weak<Mutex<Books>>,
+        inner: &Weak<Inner>,
+    ) {
+        loop {
+            let ready = {
+                // Without books, no publish can begin any more: every confirm is registered.
+                let books = books.upgrade();
+                let books = books.as_deref().map(lock);
+                while let Ok(entry) = rx.try_recv() {
+                    self.take(entry);
+                }
+                let next = books.as_ref().map_or(u64::MAX, |b| b.next);
+                self.waiting.extend(self.observed.drain(..).map(|seen| (next, seen)));
+                let oldest = books.as_ref().and_then(|b| b.begun.first().copied()).unwrap_or(u64::MAX);
+                let (ready, waiting) = std::mem::take(&mut self.waiting).into_iter().partition(|(n, _)| *n <= oldest);
+                self.waiting = waiting;
+                ready
+            };
+            while let Some(Some(seen)) = self.confirming.next().now_or_never() {
+                self.note(seen);
+            }
+            for (_, seen) in ready {
+                let outcome = self.decide(&seen, inner).await;
+                let _ = seen.reply.send(outcome);
+            }
+            if self.observed.is_empty() {
+                return;
+            }
+        }
+    }
+
+    async fn decide(&mut self, seen: &Seen, inner: &Weak<Inner>) -> PublishOutcome {
+        let failed = |kind, reason: String| PublishOutcome::Failed(PublishFailure::new(kind, reason));
+        if let Some(reason) = seen.message_id.as_ref().and_then(|id| self.returned.remove(id)) {
+            return failed(FailureKind::Rejected, reason);
+        }
+        match &seen.confirmation {
+            Ok(Confirmation::Ack(_)) => PublishOutcome::Confirmed,
+            Ok(Confirmation::Nack(_)) => failed(FailureKind::Transient, "nacked by the broker".to_owned()),
+            Ok(Confirmation::NotRequested) => {
+                failed(FailureKind::Transient, "publisher confirms are not enabled".to_owned())
+            }
+            Err(e) => match inner.upgrade() {
+                Some(inner) => PublishOutcome::Failed(blame(inner.lost_or_classified(e).await, seen.body_len)),
+                None => failed(FailureKind::Unavailable, "publisher closed".to_owned()),
+            },
+        }
+    }
+
+    /// Returns whose message was decided before they were seen: the broker contradicted itself
+    /// (or confirmed a message, then returned it). Said, not hidden.
+    fn report_orphans(&self) {
+        for message_id in self.returned.keys() {
+            tracing::warn!(%message_id, "outbox.return_after_confirm");
+        }
+    }
+}
+
+fn reason(message: &BasicReturnMessage) -> String {
+    format!("returned by the broker: {} {}", message.reply_code, message.reply_text.as_str())
+}
