@@ -2,5 +2,5 @@
 //! migrations at compile time and cannot tell cargo which files it read.
 
 fn main() {
-    println!("cargo:rerun-if-changed=../migrations/outbox");
+    println!("cargo:rerun-if-changed=migrations");
 }

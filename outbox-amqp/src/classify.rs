@@ -2,7 +2,7 @@
 //! broker's or the network's, and when the connection itself is gone.
 
 use lapin::protocol::{AMQPErrorKind, AMQPHardError, AMQPSoftError};
-use outbox_core::{FailureKind, PublishFailure};
+use outbox_types::{FailureKind, PublishFailure};
 
 /// Classifies a lapin error. Reply codes and texts come from the broker and never hold message
 /// content; the URL is never part of a lapin error's text.

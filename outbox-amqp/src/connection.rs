@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use lapin::{Channel, Connection, ConnectionProperties};
-use outbox_core::{FailureKind, PublishFailure};
+use outbox_types::{FailureKind, PublishFailure};
 
 use crate::classify::connect_failure;
 use crate::{Error, check_url};

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lapin::types::ShortString;
-use outbox_core::wire::WireMessage;
+use outbox_types::wire::WireMessage;
 
 use crate::Error;
 use crate::acks::AckWindow;
@@ -57,7 +57,7 @@ impl Delivery {
     /// without decoding the rest of the message.
     pub fn entity(&self) -> Option<&str> {
         let headers = self.inner.properties.headers().as_ref()?;
-        match headers.inner().get(outbox_core::wire::HEADER_ENTITY)? {
+        match headers.inner().get(outbox_types::wire::HEADER_ENTITY)? {
             lapin::types::AMQPValue::LongString(s) => std::str::from_utf8(s.as_bytes()).ok(),
             lapin::types::AMQPValue::ShortString(s) => Some(s.as_str()),
             _ => None,

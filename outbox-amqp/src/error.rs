@@ -1,4 +1,4 @@
-use outbox_core::{FailureKind, PublishFailure};
+use outbox_types::{FailureKind, PublishFailure};
 
 /// Errors of the AMQP side: a URL that cannot be used, or the broker's failure, classified.
 ///

@@ -3,8 +3,8 @@
 
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use outbox_core::wire::{WireMessage, WireProperties};
-use outbox_core::{HeaderValue, Headers};
+use outbox_types::wire::{WireMessage, WireProperties};
+use outbox_types::{HeaderValue, Headers};
 
 fn to_amqp(value: &HeaderValue) -> AMQPValue {
     match value {
@@ -111,7 +111,7 @@ mod tests {
     use std::collections::BTreeMap;
     use std::time::SystemTime;
 
-    use outbox_core::{NewEvent, wire};
+    use outbox_types::{NewEvent, wire};
 
     use super::*;
 

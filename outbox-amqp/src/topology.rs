@@ -4,7 +4,7 @@
 use lapin::Channel;
 use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable};
-use outbox_core::ExchangeKind;
+use outbox_types::ExchangeKind;
 
 use crate::Error;
 

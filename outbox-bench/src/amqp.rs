@@ -9,7 +9,7 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use lapin::Confirmation;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
-use outbox_core::wire::{self, WireMessage};
+use outbox_types::wire::{self, WireMessage};
 use tokio::time::Instant;
 
 use crate::error::BoxError;
@@ -115,7 +115,7 @@ fn confirmed(confirm: Result<Confirmation, lapin::Error>) -> Result<(), BoxError
 
 #[cfg(test)]
 mod tests {
-    use outbox_core::HeaderValue;
+    use outbox_types::HeaderValue;
 
     use super::*;
 

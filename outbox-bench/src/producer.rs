@@ -25,9 +25,9 @@
 
 use std::time::Duration;
 
-use outbox_core::NewEvent;
 use outbox_producer::Outbox;
 use outbox_testkit::TestDb;
+use outbox_types::NewEvent;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use sqlx::postgres::PgPoolOptions;
@@ -348,7 +348,7 @@ async fn transaction(
                 .bind(EVENT_TYPE)
                 .bind(1_i64)
                 .bind(payload(order)?)
-                .bind(outbox_core::CONTENT_TYPE_JSON)
+                .bind(outbox_types::CONTENT_TYPE_JSON)
                 .execute(&mut *tx)
                 .await?;
         }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::builder::RangedU64ValueParser;
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
-use outbox_relay::defaults;
+use outbox_relayer::defaults;
 
 // A path that reads the same whether this file is `crate::args` or included by a test with `#[path]`.
 #[path = "args/repair.rs"]

@@ -1,8 +1,8 @@
 //! Reaching RabbitMQ: the URL checked before anything else, then one connection opened before
 //! the relay starts, retried with a log line per attempt until the broker answers.
 
-use outbox_core::{FailureKind, Publisher};
-use outbox_relay::AmqpPublisher;
+use outbox_relayer::AmqpPublisher;
+use outbox_types::{FailureKind, Publisher};
 
 use crate::error::CliError;
 use crate::retry::{Failure, Patience, until_ready};

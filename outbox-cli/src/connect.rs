@@ -5,7 +5,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use outbox_core::db_error::DbMessage;
+use outbox_types::db_error::DbMessage;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, PgConnection, PgPool};
 use tokio::time::Instant;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use outbox_core::db_error::{DbMessage, MigrateMessage};
+use outbox_types::db_error::{DbMessage, MigrateMessage};
 
 /// Why a command failed (exit status 1).
 #[derive(Debug, thiserror::Error)]
@@ -54,7 +54,7 @@ pub(crate) enum CliError {
     Ops(#[from] outbox_ops::Error),
     /// `OUTBOX_PAYLOAD_KEYS` does not read (the message names the entry's place, never a key).
     #[error("OUTBOX_PAYLOAD_KEYS: {0}")]
-    PayloadKeys(#[from] outbox_core::CipherError),
+    PayloadKeys(#[from] outbox_types::CipherError),
     /// `--payload` on a sealed payload without the keys.
     #[error("the payload is sealed: set OUTBOX_PAYLOAD_KEYS to read it")]
     SealedPayload,
@@ -63,16 +63,16 @@ pub(crate) enum CliError {
     Inbox(String),
     /// The outbox holds no event with this id.
     #[error("no event {0} in the outbox (never written, or removed by retention)")]
-    NoSuchEvent(outbox_core::EventId),
+    NoSuchEvent(outbox_types::EventId),
     /// The inbox tables are missing.
     #[error("the inbox tables do not exist in this database: run `outbox migrate` first")]
     InboxNotMigrated,
     /// No failed event of the consumer has this id.
     #[error("{1} has no failed event {0}; nothing was changed (see `outbox inbox failed {1}`)")]
-    NoSuchInboxEvent(outbox_core::EventId, String),
+    NoSuchInboxEvent(outbox_types::EventId, String),
     /// A failed event of no entity cannot be handed back to the consumer's sweep.
     #[error("{0} belongs to no entity: retry it from its service (InboxService::retry_failed)")]
-    UnorderedRetry(outbox_core::EventId),
+    UnorderedRetry(outbox_types::EventId),
     /// Nothing of the entity is parked behind a hole.
     #[error("{1} has no gap for entity {0:?}; nothing was changed (see `outbox inbox gaps {1}`)")]
     NoGap(String, String),
@@ -93,7 +93,7 @@ pub(crate) enum CliError {
     Broker(#[from] outbox_amqp::Error),
     /// The relay failed (invalid setting, the relay stopped).
     #[error("{0}")]
-    Relay(#[from] outbox_relay::Error),
+    Relay(#[from] outbox_relayer::Error),
     /// The metrics endpoint's address cannot be bound.
     #[error("cannot listen on {0} for --metrics-addr: {1}")]
     Listen(std::net::SocketAddr, std::io::Error),

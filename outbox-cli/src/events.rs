@@ -3,8 +3,8 @@
 
 use std::fmt::Write as _;
 
-use outbox_core::EventId;
 use outbox_ops::admin::{self, EventRecord};
+use outbox_types::EventId;
 use serde_json::{Value, json};
 use sqlx::PgPool;
 
@@ -67,8 +67,8 @@ pub(crate) async fn show(pool: &PgPool, id: EventId, with_payload: bool, json: b
 
 /// Opens a sealed payload with the keys in `OUTBOX_PAYLOAD_KEYS`.
 fn open(id: EventId, key_id: &str, sealed: &[u8]) -> Result<Vec<u8>, CliError> {
-    let keys = outbox_core::Keyring::from_env("OUTBOX_PAYLOAD_KEYS")?.ok_or(CliError::SealedPayload)?;
-    Ok(outbox_core::PayloadCipher::new(keys).open(id, key_id, sealed)?)
+    let keys = outbox_types::Keyring::from_env("OUTBOX_PAYLOAD_KEYS")?.ok_or(CliError::SealedPayload)?;
+    Ok(outbox_types::PayloadCipher::new(keys).open(id, key_id, sealed)?)
 }
 
 /// Kept (in plain or sealed with a key), or scrubbed and when.
@@ -110,7 +110,7 @@ fn error_text(r: &EventRecord) -> String {
 /// The next attempt: a time, `held` behind a quarantined event, or nothing for a final row.
 fn next(r: &EventRecord) -> String {
     match (r.status, r.next_attempt_at) {
-        (outbox_core::Status::Pending, None) => "held behind a quarantined event".to_owned(),
+        (outbox_types::Status::Pending, None) => "held behind a quarantined event".to_owned(),
         (_, t) => time(t),
     }
 }
@@ -170,7 +170,7 @@ pub(crate) fn to_json(r: &EventRecord) -> Value {
         "attempts": r.attempts,
         "last_error_kind": r.last_error.as_ref().and_then(|(k, _)| k.map(|k| k.as_str())),
         "last_error": r.last_error.as_ref().map(|(_, e)| e),
-        "held": r.status == outbox_core::Status::Pending && r.next_attempt_at.is_none(),
+        "held": r.status == outbox_types::Status::Pending && r.next_attempt_at.is_none(),
         "next_attempt_at": r.next_attempt_at.map(|t| t.to_rfc3339()),
         "lease_owner": r.lease.as_ref().map(|(o, _)| o),
         "lease_until": r.lease.as_ref().and_then(|(_, u)| u.map(|t| t.to_rfc3339())),

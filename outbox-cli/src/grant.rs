@@ -11,7 +11,7 @@ use crate::error::CliError;
 
 /// The script, as psql runs it: psql's `\if` lines set the default names; `:'name'` is a psql
 /// variable quoted as a literal.
-const SCRIPT: &str = include_str!("../../migrations/roles.sql");
+const SCRIPT: &str = include_str!("../sql/roles.sql");
 
 /// The script for `args`' role names, as plain SQL any client can run: each psql variable
 /// replaced by its name as a string literal, the psql meta-commands left out.

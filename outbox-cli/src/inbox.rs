@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use outbox_consumer::admin::{self, Requested};
-use outbox_core::EventId;
+use outbox_types::EventId;
 use serde_json::{Value, json};
 use sqlx::PgPool;
 

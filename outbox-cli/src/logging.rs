@@ -11,7 +11,7 @@ use crate::args::LogFormat;
 /// The product's redacting filter: lapin at most at INFO, its returned messages never.
 fn redact() -> Targets {
     // A constant, checked by a test below; should it ever fail to parse, log nothing from lapin.
-    outbox_core::REDACTING_LOG_TARGETS.parse().unwrap_or_else(|_| {
+    outbox_types::REDACTING_LOG_TARGETS.parse().unwrap_or_else(|_| {
         Targets::new()
             .with_default(tracing::Level::TRACE)
             .with_target("lapin", tracing_subscriber::filter::LevelFilter::OFF)
@@ -34,6 +34,6 @@ pub(crate) fn init(format: LogFormat) {
 mod tests {
     #[test]
     fn the_redacting_targets_parse() {
-        outbox_core::REDACTING_LOG_TARGETS.parse::<tracing_subscriber::filter::Targets>().expect("parses");
+        outbox_types::REDACTING_LOG_TARGETS.parse::<tracing_subscriber::filter::Targets>().expect("parses");
     }
 }

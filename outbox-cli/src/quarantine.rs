@@ -4,8 +4,8 @@
 
 use std::fmt::Write as _;
 
-use outbox_core::{EventId, FailureKind};
 use outbox_ops::admin::{self, QuarantinedEvent};
+use outbox_types::{EventId, FailureKind};
 use serde_json::{Value, json};
 use sqlx::PgPool;
 use uuid::Uuid;

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use outbox_core::ExchangeKind;
-use outbox_relay::{AmqpPublisher, Relay};
+use outbox_relayer::{AmqpPublisher, Relay};
+use outbox_types::ExchangeKind;
 use sqlx::postgres::PgConnectOptions;
 
 use crate::args::{ExchangeKindArg, RelayArgs};
@@ -76,7 +76,7 @@ fn relay(db: PgConnectOptions, publisher: AmqpPublisher, args: RelayArgs) -> Res
         .retention(retention)
         .vacuum_after((args.vacuum_after_rows > 0).then_some(args.vacuum_after_rows));
     if let Some(n) = args.partitions {
-        builder = builder.routing(outbox_relay::Partitioned::new(n));
+        builder = builder.routing(outbox_relayer::Partitioned::new(n));
     }
     if let Some(app_id) = args.app_id {
         builder = builder.app_id(app_id);
@@ -84,8 +84,8 @@ fn relay(db: PgConnectOptions, publisher: AmqpPublisher, args: RelayArgs) -> Res
     if let Some(id) = args.relay_id {
         builder = builder.relay_id(id);
     }
-    if let Some(keys) = outbox_core::Keyring::from_env(PAYLOAD_KEYS)? {
-        builder = builder.cipher(outbox_core::PayloadCipher::new(keys));
+    if let Some(keys) = outbox_types::Keyring::from_env(PAYLOAD_KEYS)? {
+        builder = builder.cipher(outbox_types::PayloadCipher::new(keys));
     }
     builder = builder.end_to_end(args.end_to_end);
     Ok(builder.build()?)

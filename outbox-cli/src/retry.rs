@@ -30,7 +30,7 @@ pub(crate) enum Patience<'a> {
 
 /// The wait after `failures` failed attempts in a row: 100 ms, doubling, at most 5 s.
 pub(crate) fn backoff(failures: u32) -> Duration {
-    outbox_core::Backoff::new(Duration::from_millis(100), Duration::from_secs(5)).delay(failures)
+    outbox_types::Backoff::new(Duration::from_millis(100), Duration::from_secs(5)).delay(failures)
 }
 
 /// Runs `attempt` until it succeeds: `Ok(Some(value))`; `Ok(None)` if a signal stopped the wait.

@@ -10,7 +10,7 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use outbox_relay::{AmqpPublisher, Relay};
+use outbox_relayer::{AmqpPublisher, Relay};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 

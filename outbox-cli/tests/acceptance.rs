@@ -17,9 +17,9 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-use outbox_core::{Event, EventId, NewEvent, Payload};
 use outbox_producer::Outbox;
 use outbox_testkit::{ChaosProxy, TestBroker, TestDb, wait_for};
+use outbox_types::{Event, EventId, NewEvent, Payload};
 use support::{Running, closed_port, http_get, outbox};
 
 const CONSUMER_HOST: &str = "OUTBOX_ACCEPTANCE_CONSUMER_HOST";
@@ -178,7 +178,7 @@ async fn publish_consumer_cases(broker: &TestBroker, db: &TestDb, exchange: &str
             Payload::new(serde_json::to_vec(&payload).expect("json"), "application/json"),
             std::time::SystemTime::now(),
         );
-        e.entity = Some(outbox_core::Entity { key: key.to_owned(), seq });
+        e.entity = Some(outbox_types::Entity { key: key.to_owned(), seq });
         e
     };
     let cases = [

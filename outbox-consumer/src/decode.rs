@@ -1,8 +1,8 @@
 //! From a received message (the wire contract's neutral form) to an [`Event`], with every check a
 //! consumer needs before handing it to the inbox.
 
-use outbox_core::wire::{self, DecodeError, HEADER_PAYLOAD_KEY, WireMessage};
-use outbox_core::{CipherError, Event, HeaderValue, Headers, Payload, PayloadCipher, SEAL_OVERHEAD};
+use outbox_types::wire::{self, DecodeError, HEADER_PAYLOAD_KEY, WireMessage};
+use outbox_types::{CipherError, Event, HeaderValue, Headers, Payload, PayloadCipher, SEAL_OVERHEAD};
 
 /// Why a delivery was not handed to the inbox. It is dead-lettered with [`DeliveryError::code`] as
 /// its reason and acked; the consumer keeps running. Messages never quote the body.
@@ -82,7 +82,7 @@ pub struct DeliveryLimits {
 impl Default for DeliveryLimits {
     fn default() -> Self {
         Self {
-            content_types: vec![outbox_core::CONTENT_TYPE_JSON.to_owned()],
+            content_types: vec![outbox_types::CONTENT_TYPE_JSON.to_owned()],
             max_payload_bytes: 1024 * 1024,
             max_header_bytes: 64 * 1024,
             cipher: None,
@@ -182,7 +182,7 @@ pub fn decode_delivery(message: WireMessage, limits: &DeliveryLimits) -> Result<
 mod tests {
     use std::time::SystemTime;
 
-    use outbox_core::{EventId, Keyring};
+    use outbox_types::{EventId, Keyring};
 
     use super::*;
 
@@ -198,7 +198,7 @@ mod tests {
     /// The size limit is the plain payload's: a sealed one at the limit passes, one byte over fails.
     #[test]
     fn the_size_limit_applies_to_the_opened_payload() {
-        let cipher = PayloadCipher::new(Keyring::new("k1", [7; outbox_core::KEY_BYTES]).expect("keyring"));
+        let cipher = PayloadCipher::new(Keyring::new("k1", [7; outbox_types::KEY_BYTES]).expect("keyring"));
         let limits =
             DeliveryLimits::default().max_payload_bytes(100).accept_content_type("text/plain").cipher(cipher.clone());
         let event = decode_delivery(sealed(&cipher, 100), &limits).expect("at the limit");

@@ -1,5 +1,5 @@
-use outbox_core::FailureKind;
-use outbox_core::db_error::{DbMessage, RedactedSqlx};
+use outbox_types::FailureKind;
+use outbox_types::db_error::{DbMessage, RedactedSqlx};
 
 /// Whether a handler failure can pass by itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,7 +7,7 @@ pub const MIGRATIONS_TABLE: &str = "_inbox_migrations";
 
 /// The inbox's embedded migrations (`migrations/inbox`), tracked in [`MIGRATIONS_TABLE`].
 pub fn migrator() -> Migrator {
-    let mut migrator = sqlx::migrate!("../migrations/inbox");
+    let mut migrator = sqlx::migrate!("./migrations");
     migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
     migrator
 }

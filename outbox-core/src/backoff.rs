@@ -9,7 +9,7 @@ use std::time::Duration;
 ///
 /// ```
 /// use std::time::Duration;
-/// use outbox_core::Backoff;
+/// use outbox_types::Backoff;
 ///
 /// let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
 /// let waits: Vec<u128> = (0..6).map(|_| backoff.fail().as_millis()).collect();

@@ -17,3 +17,6 @@ pub const HEADER_TRACEPARENT: &str = "traceparent";
 /// Header carrying the id of the key an end-to-end sealed payload is sealed with (the body is then
 /// the sealed bytes; see `PayloadCipher`). Absent when the payload is in plain.
 pub const HEADER_PAYLOAD_KEY: &str = "x-outbox-payload-key";
+/// Header carrying the wire contract's version when it is above 1 (absent: version 1). A decoder
+/// refuses a message of a newer contract than its own instead of reading it as its own.
+pub const HEADER_CONTRACT: &str = "x-outbox-contract";

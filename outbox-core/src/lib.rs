@@ -11,7 +11,7 @@
 //! - the wire contract v1 ([`wire`]) between an [`Event`] and AMQP properties and headers.
 //!
 //! ```
-//! use outbox_core::{Limits, NewEvent};
+//! use outbox_types::{Limits, NewEvent};
 //!
 //! #[derive(serde::Serialize)]
 //! struct OrderPlaced { order_id: u64, total_cents: u64 }
@@ -21,7 +21,7 @@
 //!     .correlation_id("req-7f3a");
 //! event.validate(&Limits::default())?;
 //! assert_eq!(event.event_type(), "order.placed");
-//! # Ok::<(), outbox_core::EventError>(())
+//! # Ok::<(), outbox_types::EventError>(())
 //! ```
 
 mod backoff;

@@ -64,7 +64,7 @@ impl Default for Limits {
 /// `event_traceparent`, `header` / `event_headers`, `idempotency_key` / `event_idempotency_key`; and `event_type`, `event_payload`.
 ///
 /// ```
-/// use outbox_core::{NewEvent, Payload};
+/// use outbox_types::{NewEvent, Payload};
 ///
 /// let json = NewEvent::json("order.shipped", &serde_json::json!({ "order": 42 }))?
 ///     .version(2)
@@ -74,7 +74,7 @@ impl Default for Limits {
 /// let raw = NewEvent::new("image.resized", Payload::new(vec![1, 2, 3], "application/octet-stream"));
 /// assert_eq!(json.event_version(), 2);
 /// assert!(raw.event_entity().is_none());
-/// # Ok::<(), outbox_core::EventError>(())
+/// # Ok::<(), outbox_types::EventError>(())
 /// ```
 #[derive(Clone, PartialEq)]
 pub struct NewEvent {

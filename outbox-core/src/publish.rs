@@ -54,7 +54,7 @@ pub type ConfirmFuture = Pin<Box<dyn Future<Output = PublishOutcome> + Send + 's
 /// with the same event id.
 ///
 /// ```
-/// use outbox_core::{ConfirmFuture, OutgoingMessage, PublishOutcome, Publisher};
+/// use outbox_types::{ConfirmFuture, OutgoingMessage, PublishOutcome, Publisher};
 ///
 /// /// Confirms everything at once: a stand-in for unit tests of code that takes a publisher.
 /// struct AlwaysConfirm;
@@ -112,8 +112,8 @@ pub enum ExchangeKind {
 /// key maps to the same partition in every process and every release.
 ///
 /// ```
-/// assert_eq!(outbox_core::partition_for("order-42", 8), outbox_core::partition_for("order-42", 8));
-/// assert!(outbox_core::partition_for("order-42", 8) < 8);
+/// assert_eq!(outbox_types::partition_for("order-42", 8), outbox_types::partition_for("order-42", 8));
+/// assert!(outbox_types::partition_for("order-42", 8) < 8);
 /// ```
 pub fn partition_for(key: &str, partitions: u32) -> u32 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;

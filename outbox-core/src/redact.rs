@@ -17,7 +17,7 @@
 /// use tracing_subscriber::prelude::*;
 ///
 /// let yours = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-/// let redact: Targets = outbox_core::REDACTING_LOG_TARGETS.parse().expect("a constant that parses");
+/// let redact: Targets = outbox_types::REDACTING_LOG_TARGETS.parse().expect("a constant that parses");
 /// let subscriber = tracing_subscriber::registry()
 ///     .with(yours)
 ///     .with(tracing_subscriber::fmt::layer().with_filter(redact));

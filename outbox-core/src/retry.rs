@@ -48,7 +48,7 @@ pub enum QuarantineReason {
 ///
 /// ```
 /// use std::time::{Duration, SystemTime};
-/// use outbox_core::{FailureKind, RetryDecision, RetryPolicy};
+/// use outbox_types::{FailureKind, RetryDecision, RetryPolicy};
 /// use rand::SeedableRng;
 ///
 /// let policy = RetryPolicy::default().initial_delay(Duration::from_millis(100)).max_attempts(3);

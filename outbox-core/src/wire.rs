@@ -19,7 +19,7 @@
 //! maps a [`WireMessage`] onto lapin's `BasicProperties`, the consumer maps a delivery back.
 //!
 //! ```
-//! use outbox_core::{wire, NewEvent};
+//! use outbox_types::{wire, NewEvent};
 //! use std::time::SystemTime;
 //!
 //! let event = NewEvent::json("order.placed", &serde_json::json!({"id": 1}))?
@@ -40,8 +40,8 @@ use crate::{Entity, Event, EventId, HeaderValue, Headers, Payload};
 /// Version of the contract implemented here.
 pub const CONTRACT_VERSION: u32 = 1;
 pub use crate::header_names::{
-    HEADER_CAUSATION_ID, HEADER_CREATED_AT_MS, HEADER_ENTITY, HEADER_EVENT_VERSION, HEADER_PAYLOAD_KEY, HEADER_SEQ,
-    HEADER_TRACEPARENT,
+    HEADER_CAUSATION_ID, HEADER_CONTRACT, HEADER_CREATED_AT_MS, HEADER_ENTITY, HEADER_EVENT_VERSION,
+    HEADER_PAYLOAD_KEY, HEADER_SEQ, HEADER_TRACEPARENT,
 };
 /// AMQP `delivery_mode` of persistent messages.
 pub const PERSISTENT: u8 = 2;
@@ -124,6 +124,10 @@ pub enum DecodeError {
     /// `i64` can carry.
     #[error("timestamp is out of range")]
     InvalidTimestamp,
+    /// The message says it follows a newer contract than [`CONTRACT_VERSION`] (header
+    /// `x-outbox-contract`): it is not read as this one.
+    #[error("wire contract {0} is newer than this decoder's ({CONTRACT_VERSION})")]
+    NewerContract(i64),
 }
 
 impl DecodeError {
@@ -139,6 +143,7 @@ impl DecodeError {
             Self::InvalidHeader { .. } => "invalid_header",
             Self::MissingCreatedAt => "missing_created_at",
             Self::InvalidTimestamp => "invalid_timestamp",
+            Self::NewerContract(_) => "newer_contract",
         }
     }
 }
@@ -211,6 +216,10 @@ fn take_string(headers: &mut Headers, name: &'static str) -> Result<Option<Strin
 /// A [`DecodeError`] naming the first missing or malformed field.
 pub fn decode(message: WireMessage) -> Result<Event, DecodeError> {
     let WireMessage { properties, mut headers, body } = message;
+    match take_int(&mut headers, HEADER_CONTRACT, "an integer")? {
+        Some(v) if v > i64::from(CONTRACT_VERSION) => return Err(DecodeError::NewerContract(v)),
+        _ => {}
+    }
     let id: EventId = properties
         .message_id
         .ok_or(DecodeError::MissingMessageId)?

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use outbox_core::wire::{self, DecodeError, WireMessage};
-use outbox_core::{
+use outbox_types::wire::{self, DecodeError, WireMessage};
+use outbox_types::{
     CONTENT_TYPE_JSON, Entity, Event, EventError, EventId, HeaderValue, Headers, Payload, RESERVED_HEADERS,
 };
 use proptest::collection::{btree_map, vec};
@@ -590,4 +590,21 @@ proptest! {
             prop_assert_eq!(wire::decode(wire::encode(&event, None)), Ok(event));
         }
     }
+}
+
+/// A message of a newer contract is refused (a consumer dead-letters it with the reason) instead
+/// of being read as version 1; one that says version 1 reads as any other.
+#[test]
+fn a_newer_contract_is_refused_and_version_1_reads() {
+    let err = decode_broken(set_header(wire::HEADER_CONTRACT, 2_i64));
+    assert_eq!(err, DecodeError::NewerContract(2));
+    assert_eq!(err.code(), "newer_contract");
+    assert!(err.to_string().contains("newer"), "{err}");
+    assert_invalid_header(&decode_broken(set_header(wire::HEADER_CONTRACT, "2")), wire::HEADER_CONTRACT);
+
+    let mut message = wire::encode(&ordered_event(), Some("orders"));
+    assert!(!message.headers.contains_key(wire::HEADER_CONTRACT), "version 1 sends no contract header");
+    message.headers.insert(wire::HEADER_CONTRACT.to_owned(), HeaderValue::Int(1));
+    let event = wire::decode(message).expect("version 1 decodes");
+    assert!(!event.headers.contains_key(wire::HEADER_CONTRACT), "the contract header is not an event header");
 }

@@ -18,7 +18,7 @@
 //! ```
 
 use chrono::{DateTime, Utc};
-use outbox_core::{EventId, FailureKind};
+use outbox_types::{EventId, FailureKind};
 use sqlx::PgPool;
 use uuid::Uuid;
 

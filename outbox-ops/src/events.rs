@@ -3,7 +3,7 @@
 //! entity. The payload only when asked for. Read by primary key and by the entity's sequence index.
 
 use chrono::{DateTime, Utc};
-use outbox_core::{EventId, FailureKind, Status};
+use outbox_types::{EventId, FailureKind, Status};
 use sqlx::PgPool;
 use uuid::Uuid;
 

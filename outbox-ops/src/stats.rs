@@ -32,7 +32,7 @@ impl Stats {
     }
 }
 
-/// The status names in the SQL below are those of [`outbox_core::Status`]: written out, so that
+/// The status names in the SQL below are those of [`outbox_types::Status`]: written out, so that
 /// the partial indexes' predicates match (a test ties them to the type and the schema).
 const STATS: &str = "\
 SELECT count(*) FILTER (WHERE status = 'pending'),

@@ -3,7 +3,7 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use outbox_core::{EventId, Headers, Limits, NewEvent, PayloadCipher};
+use outbox_types::{EventId, Headers, Limits, NewEvent, PayloadCipher};
 use sqlx::PgConnection;
 
 use crate::idempotency::{self, KEYED_ORDERED, KEYED_UNORDERED};
@@ -21,7 +21,7 @@ use crate::{Error, Result};
 /// PostgreSQL delivers only at commit.
 ///
 /// ```no_run
-/// use outbox_core::NewEvent;
+/// use outbox_types::NewEvent;
 /// use outbox_producer::Outbox;
 ///
 /// # async fn demo(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {

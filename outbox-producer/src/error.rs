@@ -1,5 +1,5 @@
-use outbox_core::db_error::{DbMessage, MigrateMessage, RedactedSqlx, database_kind};
-use outbox_core::{EventError, FailureKind};
+use outbox_types::db_error::{DbMessage, MigrateMessage, RedactedSqlx, database_kind};
+use outbox_types::{EventError, FailureKind};
 
 /// Errors of the producer side.
 ///
@@ -28,14 +28,14 @@ pub enum Error {
     #[error("an event with this idempotency key was already enqueued: {event_id}")]
     AlreadyEnqueued {
         /// The id of the event that took the key.
-        event_id: outbox_core::EventId,
+        event_id: outbox_types::EventId,
         /// The refused event's position in an `enqueue_many` batch.
         index: Option<usize>,
     },
     /// The payload could not be sealed: the cipher's key provider has no key for its own current
     /// key id.
     #[error("payload encryption failed: {0}")]
-    Encryption(#[from] outbox_core::CipherError),
+    Encryption(#[from] outbox_types::CipherError),
     /// The database refused or failed a statement.
     #[error("database error: {}", DbMessage(.0))]
     Database(#[from] sqlx::Error),

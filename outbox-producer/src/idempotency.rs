@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use outbox_core::{EventError, EventId, NewEvent};
+use outbox_types::{EventError, EventId, NewEvent};
 use sqlx::PgConnection;
 use uuid::Uuid;
 

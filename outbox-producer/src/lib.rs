@@ -10,10 +10,10 @@
 //! the W3C trace context of its `outbox.enqueue` span when that span has an OpenTelemetry context
 //! (a `tracing-opentelemetry` layer is installed), so the trace of the request that wrote it goes
 //! on through the relay (`outbox-relay`'s `otel`) to the consumer (`outbox-consumer`'s `otel`). A
-//! `traceparent` set with [`NewEvent::traceparent`](outbox_core::NewEvent::traceparent) is kept.
+//! `traceparent` set with [`NewEvent::traceparent`](outbox_types::NewEvent::traceparent) is kept.
 //!
 //! ```no_run
-//! use outbox_core::NewEvent;
+//! use outbox_types::NewEvent;
 //! use outbox_producer::{migrate, Outbox};
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {

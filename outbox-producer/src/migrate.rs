@@ -7,7 +7,7 @@ pub const MIGRATIONS_TABLE: &str = "_outbox_migrations";
 
 /// The outbox's embedded migrations (`migrations/outbox`), tracked in [`MIGRATIONS_TABLE`].
 pub fn migrator() -> Migrator {
-    let mut migrator = sqlx::migrate!("../migrations/outbox");
+    let mut migrator = sqlx::migrate!("./migrations");
     migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
     migrator
 }

@@ -3,7 +3,7 @@
 //! wrote it goes on at the relay and the consumer. A caller-set `traceparent` is kept.
 
 use opentelemetry::trace::{SpanContext, TraceContextExt};
-use outbox_core::NewEvent;
+use outbox_types::NewEvent;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// `event`, with the current span's trace context unless it has one of its own.
@@ -55,7 +55,7 @@ mod tests {
     const CALLER: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
     fn event() -> NewEvent {
-        NewEvent::new("order.placed", outbox_core::Payload::new(b"{}".to_vec(), "application/json"))
+        NewEvent::new("order.placed", outbox_types::Payload::new(b"{}".to_vec(), "application/json"))
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use outbox_relay::defaults;
+//! use outbox_relayer::defaults;
 //!
 //! assert_eq!(defaults::BATCH_SIZE, 500);
 //! assert_eq!(defaults::LEASE, Duration::from_secs(30));

@@ -1,5 +1,5 @@
-use outbox_core::FailureKind;
-use outbox_core::db_error::{DbMessage, RedactedSqlx, database_kind};
+use outbox_types::FailureKind;
+use outbox_types::db_error::{DbMessage, RedactedSqlx, database_kind};
 
 /// Errors of the relay.
 ///

@@ -6,7 +6,7 @@
 //! ([`Relay::spawn`]) or as the `outbox relay` process, and is the only part that knows a broker.
 //!
 //! ```no_run
-//! use outbox_relay::{AmqpPublisher, Relay};
+//! use outbox_relayer::{AmqpPublisher, Relay};
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let pool = sqlx::PgPool::connect("postgres://postgres@127.0.0.1/app").await?;

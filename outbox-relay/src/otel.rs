@@ -4,8 +4,8 @@
 
 use opentelemetry::Context;
 use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
-use outbox_core::wire::{HEADER_TRACEPARENT, WireMessage};
-use outbox_core::{Event, HeaderValue};
+use outbox_types::wire::{HEADER_TRACEPARENT, WireMessage};
+use outbox_types::{Event, HeaderValue};
 use tracing::Span;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
@@ -60,7 +60,7 @@ fn format(sc: &SpanContext) -> Option<String> {
 mod tests {
     use std::time::SystemTime;
 
-    use outbox_core::{EventId, Payload, wire};
+    use outbox_types::{EventId, Payload, wire};
 
     use super::*;
 

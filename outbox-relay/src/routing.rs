@@ -1,12 +1,12 @@
 //! Which routing key an event is published with.
 
-use outbox_core::{Event, partition_for};
+use outbox_types::{Event, partition_for};
 
 /// Chooses the routing key of each event. The exchange is the relay's.
 ///
 /// ```
-/// use outbox_core::Event;
-/// use outbox_relay::RoutingStrategy;
+/// use outbox_types::Event;
+/// use outbox_relayer::RoutingStrategy;
 ///
 /// /// Routes by tenant header, falling back to the event type.
 /// struct ByTenant;
@@ -36,7 +36,7 @@ impl RoutingStrategy for ByEventType {
 }
 
 /// Spreads entities over `partitions` routing keys `<prefix><n>` by a stable hash of the entity key
-/// ([`outbox_core::partition_for`]), so that all events of one entity land in the same partition
+/// ([`outbox_types::partition_for`]), so that all events of one entity land in the same partition
 /// queue. Bind one queue per partition, each with a single active consumer, and entities are
 /// consumed in parallel yet each in order. Unordered events are spread by their event id.
 #[derive(Debug, Clone)]

@@ -1,7 +1,7 @@
 //! A committed backlog: events over many entities, interleaved as a busy service writes them.
 
-use outbox_core::NewEvent;
 use outbox_producer::Outbox;
+use outbox_types::NewEvent;
 use sqlx::PgPool;
 use uuid::Uuid;
 

@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use lapin::options::{BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions};
 use outbox_consumer::{HandlerError, InboxLayer, InboxRequest, InboxRunner, QueueType, RunnerHandle, Topology};
-use outbox_core::ExchangeKind;
-use outbox_relay::{AmqpPublisher, Partitioned, Relay, RelayHandle};
+use outbox_relayer::{AmqpPublisher, Partitioned, Relay, RelayHandle};
 use outbox_system_tests::sizes::CLUSTER_BACKLOG;
 use outbox_system_tests::{count, fill};
 use outbox_testkit::{TestCluster, TestDb, wait_for};
+use outbox_types::ExchangeKind;
 use sqlx::PgPool;
 use tower::Layer;
 

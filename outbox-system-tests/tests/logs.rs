@@ -1,5 +1,5 @@
 //! What the product's components log, captured at TRACE for every target with the product's log
-//! filter (`outbox_core::REDACTING_LOG_TARGETS`, as the `outbox` command and the examples apply
+//! filter (`outbox_types::REDACTING_LOG_TARGETS`, as the `outbox` command and the examples apply
 //! it): never a payload. lapin logs a message the broker returns (unroutable, `mandatory`)
 //! at WARN with its body, and whole frames (deliveries' bodies included) at TRACE.
 //!
@@ -8,9 +8,9 @@
 use std::time::Duration;
 
 use outbox_consumer::{HandlerError, InboxRequest};
-use outbox_core::NewEvent;
 use outbox_ops::admin;
 use outbox_testkit::{Harness, LogCapture, wait_for};
+use outbox_types::NewEvent;
 
 /// Applies every event but `order.poison`, which it refuses for good (dead-lettered).
 async fn handle(req: InboxRequest) -> Result<InboxRequest, HandlerError> {
@@ -42,7 +42,7 @@ fn forms(secret: &str) -> Vec<String> {
 /// The relay's own lines of a capture (its info and warn lines, not lapin's or sqlx's traces), to
 /// tell why an event was not quarantined in time.
 fn relay_lines(text: &str) -> String {
-    let relay = |l: &&str| l.contains("outbox_relay") && (l.contains(" INFO ") || l.contains(" WARN "));
+    let relay = |l: &&str| l.contains("outbox_relayer") && (l.contains(" INFO ") || l.contains(" WARN "));
     text.lines().filter(relay).take(200).collect::<Vec<_>>().join("\n")
 }
 

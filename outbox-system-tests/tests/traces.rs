@@ -11,9 +11,9 @@ use std::time::Duration;
 use opentelemetry::trace::{SpanContext, TraceContextExt, TraceId, TracerProvider as _};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use outbox_consumer::{HandlerError, InboxRequest};
-use outbox_core::NewEvent;
 use outbox_producer::Outbox;
 use outbox_testkit::{Harness, TestDb, wait_for};
+use outbox_types::NewEvent;
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::filter::Targets;
@@ -26,7 +26,7 @@ fn tracer() -> &'static (SdkTracerProvider, InMemorySpanExporter) {
     TRACER.get_or_init(|| {
         let exporter = InMemorySpanExporter::default();
         let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
-        let redact: Targets = outbox_core::REDACTING_LOG_TARGETS.parse().expect("constant targets");
+        let redact: Targets = outbox_types::REDACTING_LOG_TARGETS.parse().expect("constant targets");
         let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("outbox-tests")).with_filter(redact);
         tracing_subscriber::registry().with(layer).init();
         (provider, exporter)
@@ -59,7 +59,7 @@ fn attribute_values(spans: &[SpanData]) -> Vec<String> {
     spans.iter().flat_map(|s| &s.attributes).chain(events).map(|kv| kv.value.as_str().into_owned()).collect()
 }
 
-async fn stored_traceparent(pool: &sqlx::PgPool, id: outbox_core::EventId) -> Option<String> {
+async fn stored_traceparent(pool: &sqlx::PgPool, id: outbox_types::EventId) -> Option<String> {
     sqlx::query_scalar("SELECT traceparent FROM outbox_events WHERE id = $1")
         .bind(id.as_uuid())
         .fetch_one(pool)

@@ -214,8 +214,13 @@ impl TestBroker {
     ///
     /// # Errors
     /// [`crate::Error::NotConfirmed`] naming the first event the broker did not confirm.
-    pub async fn publish_events(&self, exchange: &str, routing_key: &str, events: &[outbox_core::Event]) -> Result<()> {
-        let routed: Vec<(String, outbox_core::Event)> =
+    pub async fn publish_events(
+        &self,
+        exchange: &str,
+        routing_key: &str,
+        events: &[outbox_types::Event],
+    ) -> Result<()> {
+        let routed: Vec<(String, outbox_types::Event)> =
             events.iter().map(|e| (routing_key.to_owned(), e.clone())).collect();
         self.publish_routed(exchange, &routed).await
     }
@@ -224,9 +229,9 @@ impl TestBroker {
     ///
     /// # Errors
     /// [`crate::Error::NotConfirmed`] naming the first event the broker did not confirm.
-    pub async fn publish_routed(&self, exchange: &str, events: &[(String, outbox_core::Event)]) -> Result<()> {
-        use outbox_core::{OutgoingMessage, PublishOutcome, Publisher};
-        let publisher = outbox_relay::AmqpPublisher::builder(self.url.clone()).build();
+    pub async fn publish_routed(&self, exchange: &str, events: &[(String, outbox_types::Event)]) -> Result<()> {
+        use outbox_types::{OutgoingMessage, PublishOutcome, Publisher};
+        let publisher = outbox_relayer::AmqpPublisher::builder(self.url.clone()).build();
         for chunk in events.chunks(1000) {
             let batch = chunk
                 .iter()
@@ -234,7 +239,7 @@ impl TestBroker {
                     event_id: e.id,
                     exchange: exchange.to_owned(),
                     routing_key: key.clone(),
-                    message: outbox_core::wire::encode(e, Some("testkit")),
+                    message: outbox_types::wire::encode(e, Some("testkit")),
                 })
                 .collect();
             let confirms = publisher.publish(batch).await;

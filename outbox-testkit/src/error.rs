@@ -16,7 +16,7 @@ pub enum Error {
     Ops(#[from] outbox_ops::Error),
     /// The relay failed.
     #[error("relay error: {0}")]
-    Relay(#[from] outbox_relay::Error),
+    Relay(#[from] outbox_relayer::Error),
     /// The consumer side failed.
     #[error("consumer error: {0}")]
     Consumer(#[from] outbox_consumer::Error),
@@ -34,7 +34,7 @@ pub enum Error {
     Cluster(String),
     /// The broker did not confirm a published message.
     #[error("the broker did not confirm event {0}")]
-    NotConfirmed(outbox_core::EventId),
+    NotConfirmed(outbox_types::EventId),
     /// A query given to the reconciliation does not return the documented columns.
     #[error("the {query} query does not return the expected columns: {reason}")]
     InvalidQuery {

@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use outbox_core::{
+use outbox_types::{
     ConfirmFuture, ExchangeKind, FailureKind, OutgoingMessage, PublishFailure, PublishOutcome, Publisher,
 };
 
@@ -34,7 +34,7 @@ pub enum Fault {
 /// ```no_run
 /// use outbox_testkit::{Fault, FaultyPublisher};
 ///
-/// let inner = outbox_relay::AmqpPublisher::builder(outbox_testkit::amqp_url()).build();
+/// let inner = outbox_relayer::AmqpPublisher::builder(outbox_testkit::amqp_url()).build();
 /// let faulty = FaultyPublisher::new(inner);
 /// faulty.inject(3, Fault::Nack); // the next three messages are nacked
 /// faulty.inject(1, Fault::LoseConfirm); // the one after is sent, but its confirm is lost

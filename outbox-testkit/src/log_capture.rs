@@ -14,14 +14,14 @@ pub struct LogCapture(Arc<Mutex<Vec<u8>>>);
 impl LogCapture {
     /// Installs the capture as the process's global subscriber, logging what `filter` (an
     /// `EnvFilter` directive such as `"trace"` or `"lapin=warn"`) lets through, filtered after it
-    /// by [`outbox_core::REDACTING_LOG_TARGETS`] as the `outbox` command and the examples are. A
+    /// by [`outbox_types::REDACTING_LOG_TARGETS`] as the `outbox` command and the examples are. A
     /// test that installs it runs in its own test binary.
     ///
     /// # Panics
     /// If the process has a global subscriber already.
     pub fn install(filter: &str) -> Self {
         let capture = Self::default();
-        let redact: Targets = outbox_core::REDACTING_LOG_TARGETS.parse().expect("constant targets");
+        let redact: Targets = outbox_types::REDACTING_LOG_TARGETS.parse().expect("constant targets");
         let writer = capture.clone();
         let layer =
             tracing_subscriber::fmt::layer().with_ansi(false).with_writer(move || writer.clone()).with_filter(redact);

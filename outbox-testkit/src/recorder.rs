@@ -8,8 +8,8 @@ use futures::StreamExt;
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use lapin::{Channel, Connection, ConnectionProperties};
-use outbox_core::HeaderValue;
-use outbox_core::wire::{HEADER_ENTITY, HEADER_SEQ};
+use outbox_types::HeaderValue;
+use outbox_types::wire::{HEADER_ENTITY, HEADER_SEQ};
 use uuid::Uuid;
 
 use crate::Result;

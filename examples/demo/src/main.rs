@@ -14,7 +14,7 @@
 //! - `DEMO_NAME`: default `outbox_demo` (lowercase letters, digits and `_`), the prefix of the
 //!   names above; give each demo running at once on one server a name of its own.
 //! - `RUST_LOG`: default `warn`. A clean run logs nothing.
-//!   Whatever it says, `outbox_core::REDACTING_LOG_TARGETS` filters after it, so lapin never
+//!   Whatever it says, `outbox_types::REDACTING_LOG_TARGETS` filters after it, so lapin never
 //!   logs message content (its returned messages off, lapin itself at most at `info`).
 //!
 //! Exits with status 1 if the reconciliation finds anything off: a change without its event, an
@@ -27,7 +27,7 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use outbox_producer::Outbox;
-use outbox_relay::{AmqpPublisher, Partitioned, Relay, RelayHandle};
+use outbox_relayer::{AmqpPublisher, Partitioned, Relay, RelayHandle};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, PgPool};
 use tokio::sync::watch;
@@ -96,7 +96,7 @@ impl Settings {
 /// Logs at `RUST_LOG` (default `warn`), never letting lapin log message content.
 fn init_tracing() {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
-    let redact: Targets = outbox_core::REDACTING_LOG_TARGETS.parse().expect("constant targets");
+    let redact: Targets = outbox_types::REDACTING_LOG_TARGETS.parse().expect("constant targets");
     tracing_subscriber::registry().with(filter).with(tracing_subscriber::fmt::layer().with_filter(redact)).init();
 }
 
@@ -298,7 +298,7 @@ async fn run() -> Result<ExitCode, BoxError> {
     Ok(if clean { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-fn start_relay(pool: &PgPool, amqp_url: &str, exchange: &str) -> Result<RelayHandle, outbox_relay::Error> {
+fn start_relay(pool: &PgPool, amqp_url: &str, exchange: &str) -> Result<RelayHandle, outbox_relayer::Error> {
     let publisher = AmqpPublisher::builder(amqp_url).connection_name("demo-relay").build();
     let relay = Relay::builder(pool.connect_options().as_ref().clone(), publisher)
         .exchange(exchange)

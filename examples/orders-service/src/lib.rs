@@ -4,8 +4,8 @@
 //! `order.changed` event with the entity key `order-<id>` in the same transaction. The relay
 //! publishes the events to RabbitMQ, partitioned by order.
 
-use outbox_core::NewEvent;
 use outbox_producer::Outbox;
+use outbox_types::NewEvent;
 use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
 use sqlx::migrate::MigrateDatabase;

@@ -16,7 +16,7 @@
 //! - `RELAY_SECS`: unset by default (relay until SIGTERM or Ctrl-C); a number of seconds to relay
 //!   after the changes are written, then stop by itself.
 //! - `RUST_LOG`: default `info,sqlx::postgres::notice=warn`.
-//!   Whatever it says, `outbox_core::REDACTING_LOG_TARGETS` filters after it, so lapin never
+//!   Whatever it says, `outbox_types::REDACTING_LOG_TARGETS` filters after it, so lapin never
 //!   logs message content (its returned messages off, lapin itself at most at `info`).
 //!
 //! Start the shipping service first (`cargo run -p shipping-service`, same `EXCHANGE` and
@@ -31,7 +31,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use outbox_producer::Outbox;
-use outbox_relay::{AmqpPublisher, Partitioned, Relay, RelayHandle};
+use outbox_relayer::{AmqpPublisher, Partitioned, Relay, RelayHandle};
 use rand::Rng;
 use sqlx::PgPool;
 use tokio::sync::watch;
@@ -92,7 +92,7 @@ fn init_tracing() {
     // Without RUST_LOG: info, but not PostgreSQL's notices ("relation ... already exists, skipping").
     let default = || EnvFilter::new("info,sqlx::postgres::notice=warn");
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| default());
-    let redact: Targets = outbox_core::REDACTING_LOG_TARGETS.parse().expect("constant targets");
+    let redact: Targets = outbox_types::REDACTING_LOG_TARGETS.parse().expect("constant targets");
     tracing_subscriber::registry().with(filter).with(tracing_subscriber::fmt::layer().with_filter(redact)).init();
 }
 
@@ -116,7 +116,7 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
 
-fn start_relay(pool: &PgPool, s: &Settings) -> Result<RelayHandle, outbox_relay::Error> {
+fn start_relay(pool: &PgPool, s: &Settings) -> Result<RelayHandle, outbox_relayer::Error> {
     let publisher = AmqpPublisher::builder(&s.amqp_url).connection_name("orders-service").build();
     let relay = Relay::builder(pool.connect_options().as_ref().clone(), publisher)
         .exchange(&s.exchange)

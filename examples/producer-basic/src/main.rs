@@ -11,8 +11,8 @@
 use std::collections::HashMap;
 use std::process::ExitCode;
 
-use outbox_core::{EventId, NewEvent};
 use outbox_producer::Outbox;
+use outbox_types::{EventId, NewEvent};
 use serde::Serialize;
 use sqlx::migrate::MigrateDatabase;
 use sqlx::{PgPool, Postgres};

@@ -104,7 +104,7 @@ pub async fn start(
 ) -> Result<(RunnerHandle, Topology), outbox_consumer::Error> {
     let conn = outbox_amqp::connect(amqp_url, "shipping-service-setup", Duration::from_secs(5)).await?;
     let channel = conn.create_channel().await.map_err(outbox_amqp::Error::from)?;
-    outbox_amqp::declare_exchange(&channel, exchange, outbox_core::ExchangeKind::Topic).await?;
+    outbox_amqp::declare_exchange(&channel, exchange, outbox_types::ExchangeKind::Topic).await?;
     let topology =
         outbox_consumer::declare_partitions(&channel, exchange, queue_base, "partition.", partitions).await?;
     outbox_amqp::close(&conn, &[&channel], "declared").await;

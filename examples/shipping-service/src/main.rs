@@ -15,7 +15,7 @@
 //!   serve `/metrics` (Prometheus text: the inbox's counters and gauges), `/healthz` and `/readyz`.
 //! - `GAUGE_INTERVAL_SECS`: default `10`, how often the inbox's backlog is read into its gauges.
 //! - `RUST_LOG`: default `info,sqlx::postgres::notice=warn`.
-//!   Whatever it says, `outbox_core::REDACTING_LOG_TARGETS` filters after it, so lapin never
+//!   Whatever it says, `outbox_types::REDACTING_LOG_TARGETS` filters after it, so lapin never
 //!   logs message content (its returned messages off, lapin itself at most at `info`).
 //!
 //! Start it before the orders service, so that its queues exist when the events are published.
@@ -89,7 +89,7 @@ fn init_tracing() {
     // Without RUST_LOG: info, but not PostgreSQL's notices ("relation ... already exists, skipping").
     let default = || EnvFilter::new("info,sqlx::postgres::notice=warn");
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| default());
-    let redact: Targets = outbox_core::REDACTING_LOG_TARGETS.parse().expect("constant targets");
+    let redact: Targets = outbox_types::REDACTING_LOG_TARGETS.parse().expect("constant targets");
     tracing_subscriber::registry().with(filter).with(tracing_subscriber::fmt::layer().with_filter(redact)).init();
 }
 

@@ -83,7 +83,7 @@ impl AmqpPublisherBuilder {
 
     /// Builds the publisher after checking the URL, so that a malformed one fails at once instead
     /// of on every connection attempt. It connects on first use (or on
-    /// [`Publisher::connect`](outbox_core::Publisher::connect)).
+    /// [`Publisher::connect`](outbox_types::Publisher::connect)).
     ///
     /// # Errors
     /// [`Error::InvalidUrl`] with a reason that does not quote the URL (and names the node's

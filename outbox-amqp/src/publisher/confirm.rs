@@ -1,7 +1,7 @@
 //! Outcomes decided without the broker's confirm (failed at once), and which message a closed
 //! channel blames.
 
-use outbox_core::{ConfirmFuture, FailureKind, PublishFailure, PublishOutcome};
+use outbox_types::{ConfirmFuture, FailureKind, PublishFailure, PublishOutcome};
 
 pub(super) fn ready(outcome: PublishOutcome) -> ConfirmFuture {
     Box::pin(std::future::ready(outcome))

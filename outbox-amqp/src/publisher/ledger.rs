@@ -7,9 +7,13 @@
 //!
 //! So one task per channel (the ledger) holds every confirm of the channel, reads each return's
 //! `message_id`, and decides a message's outcome only when every confirm that could hold its return
-//! has been seen: the holder of a message's return is completed no later than the message itself,
-//! so once a message is seen completed, it is enough to have taken in every publish begun until
-//! then and to have seen every confirm completed by then.
+//! has been seen. lapin keeps waiting returns in order and gives the oldest to each confirm it
+//! completes. A confirm completed with no return found none waiting: its own return, if any, was
+//! taken by a confirm completed before it, so it is enough to have taken in every publish begun
+//! until it was seen completed, and to look at the confirms once more. A confirm completed with
+//! another message's return may have left its own waiting, for a confirm lapin completes after it
+//! (several confirms of one `multiple` ack are completed in no fixed order): it is decided once
+//! every confirm begun before it was seen completed has been seen completed too.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -18,7 +22,7 @@ use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use lapin::Confirmation;
 use lapin::message::BasicReturnMessage;
-use outbox_core::{ConfirmFuture, FailureKind, PublishFailure, PublishOutcome};
+use outbox_types::{ConfirmFuture, FailureKind, PublishFailure, PublishOutcome};
 use tokio::sync::{mpsc, oneshot};
 
 use super::confirm::blame;
@@ -50,6 +54,7 @@ enum Entry {
 
 /// A message's confirm as the ledger holds it.
 struct Watched {
+    seq: u64,
     message_id: Option<String>,
     body_len: usize,
     confirm: lapin::PublisherConfirm,
@@ -58,6 +63,9 @@ struct Watched {
 
 /// A completed confirm whose outcome is not decided yet.
 struct Seen {
+    seq: u64,
+    /// It carried another message's return: its own may still be waiting in lapin.
+    displaced: bool,
     message_id: Option<String>,
     body_len: usize,
     confirmation: lapin::Result<Confirmation>,
@@ -95,11 +103,9 @@ impl Ticket {
     ) -> ConfirmFuture {
         let (reply, outcome) = oneshot::channel();
         let mut books = lock(&self.books);
-        let watched = Watched { message_id, body_len, confirm, reply };
-        if let Some(seq) = self.seq.take() {
-            books.begun.remove(&seq);
-        }
-        let _ = books.tx.send(Entry::Watch(watched));
+        let seq = self.seq.take().unwrap_or(u64::MAX);
+        books.begun.remove(&seq);
+        let _ = books.tx.send(Entry::Watch(Watched { seq, message_id, body_len, confirm, reply }));
         drop(books);
         Box::pin(outcome.map(|decided| {
             decided.unwrap_or_else(|_| {
@@ -149,8 +155,11 @@ struct State {
     /// Completed confirms seen since the ledger last looked at the books.
     observed: Vec<Seen>,
     /// Completed confirms, each with the number of publishes begun before it was seen: decided
-    /// once all of those are registered and one more look at the confirms has been taken.
+    /// once all of those are registered and one more look at the confirms has been taken (a
+    /// displaced one: once all of those are seen completed).
     waiting: Vec<(u64, Seen)>,
+    /// The publishes registered whose confirm is not seen completed yet.
+    unseen: BTreeSet<u64>,
     /// Returned messages by message id, until their own confirm is decided.
     returned: HashMap<String, String>,
 }
@@ -158,9 +167,11 @@ struct State {
 impl State {
     fn take(&mut self, entry: Entry) {
         if let Entry::Watch(w) = entry {
+            self.unseen.insert(w.seq);
             self.confirming.push(Box::pin(async move {
                 let confirmation = w.confirm.await;
-                Seen { message_id: w.message_id, body_len: w.body_len, confirmation, reply: w.reply }
+                let (seq, message_id, body_len, reply) = (w.seq, w.message_id, w.body_len, w.reply);
+                Seen { seq, displaced: false, message_id, body_len, confirmation, reply }
             }));
         }
     }
@@ -168,11 +179,13 @@ impl State {
     /// Records the return a completed confirm carries under the message id it names (under the
     /// confirm's own message when the return names none).
     fn note(&mut self, mut seen: Seen) {
+        self.unseen.remove(&seen.seq);
         if let Ok(Confirmation::Ack(returned) | Confirmation::Nack(returned)) = &mut seen.confirmation
             && let Some(message) = returned.take()
         {
             let owner = message.properties.message_id().as_ref().map(|id| id.as_str().to_owned());
             if let Some(owner) = owner.or_else(|| seen.message_id.clone()) {
+                seen.displaced = seen.message_id.as_ref() != Some(&owner);
                 self.returned.insert(owner, reason(&message));
             }
         }
@@ -189,7 +202,7 @@ impl State {
         inner: &Weak<Inner>,
     ) {
         loop {
-            let ready = {
+            let oldest = {
                 // Without books, no publish can begin any more: every confirm is registered.
                 let books = books.upgrade();
                 let books = books.as_deref().map(lock);
@@ -198,14 +211,18 @@ impl State {
                 }
                 let next = books.as_ref().map_or(u64::MAX, |b| b.next);
                 self.waiting.extend(self.observed.drain(..).map(|seen| (next, seen)));
-                let oldest = books.as_ref().and_then(|b| b.begun.first().copied()).unwrap_or(u64::MAX);
-                let (ready, waiting) = std::mem::take(&mut self.waiting).into_iter().partition(|(n, _)| *n <= oldest);
-                self.waiting = waiting;
-                ready
+                books.as_ref().and_then(|b| b.begun.first().copied()).unwrap_or(u64::MAX)
             };
+            let (registered, waiting) =
+                std::mem::take(&mut self.waiting).into_iter().partition::<Vec<_>, _>(|(n, _)| *n <= oldest);
+            self.waiting = waiting;
             while let Some(Some(seen)) = self.confirming.next().now_or_never() {
                 self.note(seen);
             }
+            let oldest_unseen = self.unseen.first().copied().unwrap_or(u64::MAX);
+            let (ready, displaced): (Vec<_>, Vec<_>) =
+                registered.into_iter().partition(|(n, seen)| !seen.displaced || *n <= oldest_unseen);
+            self.waiting.extend(displaced);
             for (_, seen) in ready {
                 let outcome = self.decide(&seen, inner).await;
                 let _ = seen.reply.send(outcome);

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use lapin::Channel;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
-use outbox_core::{
+use outbox_types::{
     ConfirmFuture, ExchangeKind, FailureKind, OutgoingMessage, PublishFailure, PublishOutcome, Publisher,
 };
 use tokio::time::Instant;
@@ -18,7 +18,9 @@ use crate::{Error, topology};
 
 /// Publishes to RabbitMQ with lapin: persistent messages, publisher confirms with the whole batch
 /// in flight, and `mandatory` set, so an unroutable message comes back as a failure
-/// ([`FailureKind::Rejected`]) instead of vanishing.
+/// ([`FailureKind::Rejected`]) instead of vanishing. A returned message is paired with its own
+/// event by the `message_id` it carries: AMQP does not say which publish a return answers, and
+/// lapin hands it to whichever confirm completes next.
 ///
 /// The connection is opened on first use and re-opened after any loss, with exponential backoff
 /// (100 ms doubling to 5 s, a WARN line per failed attempt); while it has no connection, publishes
@@ -54,7 +56,7 @@ impl std::fmt::Debug for AmqpPublisher {
 /// The wait before the next connection attempt after `failures` failed ones in a row: 100 ms,
 /// doubling, at most 5 s.
 fn reconnect_backoff(failures: u32) -> Duration {
-    outbox_core::Backoff::new(Duration::from_millis(100), Duration::from_secs(5)).delay(failures)
+    outbox_types::Backoff::new(Duration::from_millis(100), Duration::from_secs(5)).delay(failures)
 }
 
 fn failure_of(error: Error) -> PublishFailure {
@@ -152,6 +154,8 @@ impl AmqpPublisher {
         match link.channel.basic_publish(exchange, key, options, &msg.message.body, props).await {
             Ok(pending) => Ok(ticket.register(msg.message.properties.message_id.clone(), body_len, pending)),
             Err(e) => {
+                // Not sent: no confirm of it can hold a return, so the ledger need not wait for it.
+                drop(ticket);
                 let failure = blame(self.inner.lost_or_classified(&e).await, body_len);
                 tracing::warn!(event_id = %msg.event_id, kind = %failure.kind, reason = %failure.reason, "outbox.publish_failed");
                 self.forget_channel(&link.channel).await;

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use lapin::{Channel, Connection};
-use outbox_core::{ExchangeKind, FailureKind, PublishFailure};
+use outbox_types::{ExchangeKind, FailureKind, PublishFailure};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 

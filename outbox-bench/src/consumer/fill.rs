@@ -1,7 +1,7 @@
 //! Filling a queue: the events of one fill and their confirmed publishing to the benchmark
 //! exchange.
 
-use outbox_core::wire::WireMessage;
+use outbox_types::wire::WireMessage;
 
 use super::plan::Plan;
 use super::target::Target;

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use outbox_consumer::RunnerStats;
-use outbox_core::wire::WireMessage;
 use outbox_testkit::TestDb;
+use outbox_types::wire::WireMessage;
 use tokio::time::Instant;
 
 use super::fill::fill;

@@ -9,8 +9,8 @@ use futures::stream::FuturesUnordered;
 use lapin::Channel;
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
-use outbox_core::wire::WireMessage;
 use outbox_testkit::TestBroker;
+use outbox_types::wire::WireMessage;
 use tokio::time::Instant;
 
 use super::fill::{fill, messages};

@@ -112,10 +112,10 @@ mod tests {
         assert_eq!(expected_versions(2, 5).len(), 2);
         // Each wire message carries the sequence the expectation counts to.
         let last = wire_message(9, 4).expect("message");
-        assert_eq!(last.headers.get(outbox_core::wire::HEADER_SEQ), Some(&outbox_core::HeaderValue::Int(3)));
+        assert_eq!(last.headers.get(outbox_types::wire::HEADER_SEQ), Some(&outbox_types::HeaderValue::Int(3)));
         assert_eq!(
-            last.headers.get(outbox_core::wire::HEADER_ENTITY),
-            Some(&outbox_core::HeaderValue::String("order-2".into()))
+            last.headers.get(outbox_types::wire::HEADER_ENTITY),
+            Some(&outbox_types::HeaderValue::String("order-2".into()))
         );
     }
 

@@ -3,10 +3,10 @@
 use std::time::Duration;
 
 use futures::TryFutureExt;
-use outbox_core::{ExchangeKind, Publisher};
-use outbox_relay::defaults::SHUTDOWN_DEADLINE;
-use outbox_relay::{AmqpPublisher, Relay};
+use outbox_relayer::defaults::SHUTDOWN_DEADLINE;
+use outbox_relayer::{AmqpPublisher, Relay};
 use outbox_testkit::TestDb;
+use outbox_types::{ExchangeKind, Publisher};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use tokio::sync::oneshot;
@@ -30,7 +30,7 @@ pub(crate) struct InProcess {
     pool: PgPool,
     publisher: AmqpPublisher,
     stop: oneshot::Sender<()>,
-    task: JoinHandle<Result<(), outbox_relay::Error>>,
+    task: JoinHandle<Result<(), outbox_relayer::Error>>,
 }
 
 impl InProcess {

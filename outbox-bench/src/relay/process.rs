@@ -1,7 +1,7 @@
 //! The relay process, the hidden command `relay-process`: one relay with default settings in a
 //! process of its own, so that the drain phase measures its peak RSS alone.
 
-use outbox_relay::{AmqpPublisher, Relay};
+use outbox_relayer::{AmqpPublisher, Relay};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use super::settings::{RELAY_CONNECTIONS, experiment};

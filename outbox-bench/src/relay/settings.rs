@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use outbox_core::Publisher;
-use outbox_relay::RelayBuilder;
+use outbox_relayer::RelayBuilder;
+use outbox_types::Publisher;
 
 /// Connections of a relay's pool, as `outbox relay` opens.
 pub(super) const RELAY_CONNECTIONS: u32 = 4;

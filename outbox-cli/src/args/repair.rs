@@ -42,7 +42,7 @@ pub(crate) enum QuarantineCommand {
     List {
         /// Only this failure kind (transient, contract, auth, rejected, contended).
         #[arg(long, value_parser = failure_kind)]
-        kind: Option<outbox_core::FailureKind>,
+        kind: Option<outbox_types::FailureKind>,
         /// At most this many (1 to 10,000).
         #[arg(long, default_value = "100", value_parser = RangedU64ValueParser::<u64>::new().range(1..=MAX_LIMIT))]
         limit: u64,
@@ -70,7 +70,7 @@ pub(crate) enum QuarantineCommand {
         all: bool,
         /// With --all: the failure kind to retry.
         #[arg(long, value_parser = failure_kind, requires = "all")]
-        kind: Option<outbox_core::FailureKind>,
+        kind: Option<outbox_types::FailureKind>,
     },
     /// Give up on quarantined events: recorded as skipped, never published; their entities' later
     /// events flow again. Asks for --yes, or a --reason that is recorded with the event.
@@ -91,7 +91,7 @@ fn event_id(text: &str) -> Result<uuid::Uuid, String> {
     uuid::Uuid::parse_str(text.trim()).map_err(|_| "expected an event id (a UUID)".to_owned())
 }
 
-fn failure_kind(text: &str) -> Result<outbox_core::FailureKind, String> {
+fn failure_kind(text: &str) -> Result<outbox_types::FailureKind, String> {
     text.trim().parse().map_err(|_| "expected transient, contract, auth, rejected or contended".to_owned())
 }
 

@@ -9,8 +9,8 @@ use std::time::{Duration, SystemTime};
 
 use crate::support::output as run;
 use outbox_consumer::{HandlerError, InboxLayer, InboxRequest, InboxRunner};
-use outbox_core::{Event, NewEvent};
 use outbox_testkit::{Harness, wait_for};
+use outbox_types::{Event, NewEvent};
 use sqlx::PgPool;
 use tower::Layer;
 

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use outbox_core::NewEvent;
 use outbox_producer::Outbox;
 use outbox_testkit::{TestBroker, TestDb, wait_for};
+use outbox_types::NewEvent;
 
 use crate::support::{Running, outbox};
 

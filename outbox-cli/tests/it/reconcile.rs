@@ -3,9 +3,9 @@
 //! `--since` work; a query of the wrong shape or a missing file is one line, exit 1.
 
 use crate::support::output as run;
-use outbox_core::NewEvent;
 use outbox_producer::Outbox;
 use outbox_testkit::TestDb;
+use outbox_types::NewEvent;
 
 /// Writes `order-<id>` at `version` with its event, in one transaction, as a service would.
 async fn change(db: &TestDb, id: i64, version: i64) -> uuid::Uuid {

@@ -4,7 +4,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use outbox_relay::{AmqpPublisher, Relay};
+use outbox_relayer::{AmqpPublisher, Relay};
 use outbox_system_tests::sizes::{RELAY_PROCESS_BACKLOG, THREE_RELAYS_BACKLOG};
 use outbox_system_tests::{Load, fill};
 use outbox_testkit::{Recorder, TestBroker, TestDb, wait_for};

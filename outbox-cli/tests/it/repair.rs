@@ -6,9 +6,9 @@
 use std::process::Output;
 
 use crate::support::output as run;
-use outbox_core::NewEvent;
 use outbox_producer::Outbox;
 use outbox_testkit::TestDb;
+use outbox_types::NewEvent;
 use uuid::Uuid;
 
 fn stdout(out: &Output) -> String {

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use crate::support::{Running, outbox};
 use outbox_consumer::{HandlerError, InboxLayer, InboxRequest, InboxRunner};
-use outbox_core::NewEvent;
 use outbox_producer::Outbox;
 use outbox_system_tests::count;
 use outbox_testkit::{Harness, TestDb, wait_for};
+use outbox_types::NewEvent;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgConnection, PgPool};
 use tower::Layer;
@@ -176,7 +176,7 @@ fn relay(h: &Harness, roles: &Roles) -> std::process::Command {
     cmd.arg("relay")
         .args(["--exchange", h.exchange(), "--no-declare-exchange", "--vacuum-after-rows", "0"])
         .args(["--gauge-interval-secs", "0.2", "--poll-interval-ms", "60000"])
-        .env("RUST_LOG", "info,outbox_relay=debug")
+        .env("RUST_LOG", "info,outbox_relayer=debug")
         .env("DATABASE_URL", url)
         .env("AMQP_URL", outbox_testkit::amqp_url());
     cmd

@@ -6,9 +6,9 @@ use std::process::Output;
 
 use crate::support::outbox;
 use base64::Engine;
-use outbox_core::{KEY_BYTES, Keyring, NewEvent, PayloadCipher};
 use outbox_producer::Outbox;
 use outbox_testkit::TestDb;
+use outbox_types::{KEY_BYTES, Keyring, NewEvent, PayloadCipher};
 
 const SECRET: &str = "IBAN-DE89-SECRET";
 

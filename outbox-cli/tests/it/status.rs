@@ -6,9 +6,9 @@
 use std::process::Output;
 use std::time::Duration;
 
-use outbox_core::NewEvent;
 use outbox_producer::Outbox;
 use outbox_testkit::{SNAPSHOT_HOLDER_APP, SnapshotHolder, TestDb, wait_for};
+use outbox_types::NewEvent;
 
 use crate::support;
 

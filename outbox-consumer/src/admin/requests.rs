@@ -4,7 +4,7 @@
 //! made ready. [`crate::InboxService`]'s `retry_failed`, `skip_failed` and `skip_gap` do the same
 //! and apply at once, for a service that has the handler at hand.
 
-use outbox_core::EventId;
+use outbox_types::EventId;
 use sqlx::PgPool;
 
 use crate::Result;
@@ -30,7 +30,7 @@ async fn lock_failed(
     tx: &mut sqlx::PgConnection,
     consumer: &str,
     id: EventId,
-) -> Result<Option<(outbox_core::Event, i64)>> {
+) -> Result<Option<(outbox_types::Event, i64)>> {
     let key: Option<Option<String>> =
         sqlx::query_scalar("SELECT entity_key FROM inbox_events WHERE consumer = $1 AND event_id = $2")
             .bind(consumer)

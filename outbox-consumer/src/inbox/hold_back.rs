@@ -1,7 +1,7 @@
 //! An ordered event that is not its entity's next: recorded as stale if it is behind, stored in
 //! the parking if it is ahead of a gap.
 
-use outbox_core::{Event, PayloadCipher};
+use outbox_types::{Event, PayloadCipher};
 
 use super::outcome::Outcome;
 use super::store;

@@ -28,7 +28,7 @@ pub struct InboxLayer {
     pool: PgPool,
     consumer: Arc<str>,
     start: StartPolicy,
-    cipher: Option<outbox_core::PayloadCipher>,
+    cipher: Option<outbox_types::PayloadCipher>,
 }
 
 impl InboxLayer {
@@ -50,7 +50,7 @@ impl InboxLayer {
     /// `cipher`, and opens them when they are handled. A kept payload that does not open is a
     /// corrupt row: it stays where it is and the error says so. Defaults to none (kept in plain).
     #[must_use]
-    pub fn cipher(mut self, cipher: outbox_core::PayloadCipher) -> Self {
+    pub fn cipher(mut self, cipher: outbox_types::PayloadCipher) -> Self {
         self.cipher = Some(cipher);
         self
     }

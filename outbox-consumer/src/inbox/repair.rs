@@ -1,7 +1,7 @@
 //! The operator's repairs of an inbox: an event recorded as failed, retried or skipped, and a gap
 //! given up on.
 
-use outbox_core::Event;
+use outbox_types::Event;
 use tower::Service;
 
 use super::hold_back::hold_back;
@@ -68,7 +68,7 @@ where
     ///
     /// # Errors
     /// A database error.
-    pub async fn skip_failed(&self, id: outbox_core::EventId) -> Result<Option<usize>> {
+    pub async fn skip_failed(&self, id: outbox_types::EventId) -> Result<Option<usize>> {
         let mut tx = self.pool.begin().await?;
         let Some((status, event)) = store::stored(&mut tx, &self.consumer, id, Opening::Keep).await? else {
             return Ok(None);
@@ -108,7 +108,7 @@ where
     /// # Errors
     /// The handler's error if it fails again (the event stays failed, with the new reason if the
     /// failure is permanent), or a database error.
-    pub async fn retry_failed(&self, id: outbox_core::EventId) -> Result<Option<Outcome>> {
+    pub async fn retry_failed(&self, id: outbox_types::EventId) -> Result<Option<Outcome>> {
         let consumer = &*self.consumer;
         let mut inner = self.inner.clone();
         let mut tx = self.pool.begin().await?;

@@ -1,6 +1,6 @@
 //! [`InboxRequest`]: what a handler receives, the event and the consumer's open transaction.
 
-use outbox_core::Event;
+use outbox_types::Event;
 use sqlx::{PgConnection, Postgres, Transaction};
 
 /// What a handler receives: the decoded event and the consumer's open transaction. The handler

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::FutureExt;
-use outbox_core::Event;
+use outbox_types::Event;
 use sqlx::PgPool;
 use tower::Service;
 
@@ -30,7 +30,7 @@ pub struct InboxService<S> {
     pub(super) pool: PgPool,
     pub(super) consumer: Arc<str>,
     pub(super) start: StartPolicy,
-    pub(super) cipher: Option<outbox_core::PayloadCipher>,
+    pub(super) cipher: Option<outbox_types::PayloadCipher>,
 }
 
 /// Turns whatever the handler stack returned into the inbox's error.

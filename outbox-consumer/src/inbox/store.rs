@@ -10,7 +10,7 @@
 use std::time::SystemTime;
 
 use chrono::{DateTime, Utc};
-use outbox_core::{Entity, Event, EventId, Headers, Payload, PayloadCipher};
+use outbox_types::{Entity, Event, EventId, Headers, Payload, PayloadCipher};
 use sqlx::{PgConnection, Row};
 use uuid::Uuid;
 
@@ -154,7 +154,8 @@ pub(crate) async fn mark_stale(conn: &mut PgConnection, consumer: &str, id: Even
 fn headers_json(event: &Event) -> serde_json::Value {
     let mut headers = event.headers.clone();
     if let Some(tp) = &event.traceparent {
-        headers.insert(outbox_core::wire::HEADER_TRACEPARENT.to_owned(), outbox_core::HeaderValue::String(tp.clone()));
+        headers
+            .insert(outbox_types::wire::HEADER_TRACEPARENT.to_owned(), outbox_types::HeaderValue::String(tp.clone()));
     }
     serde_json::to_value(&headers).unwrap_or(serde_json::Value::Null)
 }
@@ -263,8 +264,8 @@ fn event_from_row(row: &sqlx::postgres::PgRow, opening: Opening<'_>) -> Result<E
         Some(v) => serde_json::from_value(v).map_err(|_| corrupt("headers"))?,
         None => Headers::new(),
     };
-    let traceparent = match headers.remove(outbox_core::wire::HEADER_TRACEPARENT) {
-        Some(outbox_core::HeaderValue::String(s)) => Some(s),
+    let traceparent = match headers.remove(outbox_types::wire::HEADER_TRACEPARENT) {
+        Some(outbox_types::HeaderValue::String(s)) => Some(s),
         _ => None,
     };
     let version: Option<i64> = row.try_get("event_version")?;

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
 
 use outbox_amqp::{DeadLetters, Delivery};
-use outbox_core::{Event, EventId, FailureKind, RetryDecision};
+use outbox_types::{Event, EventId, FailureKind, RetryDecision};
 use tower::Service;
 
 use super::handle::Counters;
@@ -219,7 +219,7 @@ where
 mod tests {
     use std::time::SystemTime;
 
-    use outbox_core::{Entity, Payload};
+    use outbox_types::{Entity, Payload};
 
     use super::*;
 

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use outbox_amqp::Nodes;
-use outbox_core::RetryPolicy;
+use outbox_types::RetryPolicy;
 use tower::Service;
 
 use super::run::InboxRunner;
@@ -189,7 +189,7 @@ impl<S> InboxRunnerBuilder<S> {
     /// delivery that does not open is dead-lettered (`sealed_payload`). Set after
     /// [`InboxRunnerBuilder::limits`], which would replace it. Defaults to none.
     #[must_use]
-    pub fn cipher(mut self, cipher: outbox_core::PayloadCipher) -> Self {
+    pub fn cipher(mut self, cipher: outbox_types::PayloadCipher) -> Self {
         self.settings.limits = std::mem::take(&mut self.settings.limits).cipher(cipher);
         self
     }

@@ -80,7 +80,7 @@ where
         let _stop_gauges = AbortOnDrop(gauges);
         let retention = tokio::spawn(retention::retention(self.shared.clone()));
         let _stop_retention = AbortOnDrop(retention);
-        let mut backoff = outbox_core::Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
+        let mut backoff = outbox_types::Backoff::new(Duration::from_millis(100), Duration::from_secs(10));
         loop {
             let wait = match self.shared.session(&mut shutdown).await {
                 Ok(true) => return Ok(()),

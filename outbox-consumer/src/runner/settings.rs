@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use outbox_amqp::Nodes;
-use outbox_core::RetryPolicy;
+use outbox_types::RetryPolicy;
 
 use crate::DeliveryLimits;
 

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
-use outbox_core::EventId;
+use outbox_types::EventId;
 
 use super::handle::Counters;
 use super::settings::Settings;

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use outbox_consumer::{Error, HandlerError, InboxLayer, InboxRequest, Outcome};
-use outbox_core::{Event, NewEvent};
 use outbox_testkit::TestDb;
+use outbox_types::{Event, NewEvent};
 use sqlx::PgPool;
 use tower::{Layer, Service, ServiceBuilder, ServiceExt};
 

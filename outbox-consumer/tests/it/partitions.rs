@@ -5,12 +5,12 @@ use std::time::Duration;
 
 use lapin::ExchangeKind;
 use outbox_consumer::{HandlerError, InboxLayer, InboxRequest, InboxRunner, QueueType, Topology};
-use outbox_core::{NewEvent, RetryPolicy};
 use outbox_producer::Outbox;
-use outbox_relay::{AmqpPublisher, Partitioned, Relay};
+use outbox_relayer::{AmqpPublisher, Partitioned, Relay};
 use outbox_system_tests::count;
 use outbox_system_tests::sizes::{PARTITIONED_WRITES, Writes};
 use outbox_testkit::{TestBroker, TestDb, wait_for};
+use outbox_types::{NewEvent, RetryPolicy};
 use sqlx::PgPool;
 use tower::Layer;
 
@@ -64,7 +64,7 @@ async fn partitions(broker: &TestBroker, exchange: &str, kind: QueueType) -> Top
 }
 
 /// A relay publishing over the partitions' routing keys.
-fn relay(pool: &PgPool, exchange: &str) -> outbox_relay::RelayHandle {
+fn relay(pool: &PgPool, exchange: &str) -> outbox_relayer::RelayHandle {
     Relay::builder(pool.connect_options().as_ref().clone(), AmqpPublisher::builder(outbox_testkit::amqp_url()).build())
         .exchange(exchange)
         .declare_exchange(false)

@@ -5,8 +5,8 @@
 use std::time::{Duration, SystemTime};
 
 use outbox_consumer::{InboxLayer, InboxRunner};
-use outbox_core::NewEvent;
 use outbox_testkit::{Harness, wait_for};
+use outbox_types::NewEvent;
 use sqlx::PgPool;
 use tower::Layer;
 

@@ -10,8 +10,8 @@ use lapin::BasicProperties;
 use lapin::options::{BasicConsumeOptions, BasicPublishOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use outbox_consumer::{HandlerError, InboxLayer, InboxRequest, InboxRunner, InboxRunnerBuilder, InboxService};
-use outbox_core::{Event, EventId, NewEvent, RetryPolicy};
 use outbox_testkit::{Harness, wait_for};
+use outbox_types::{Event, EventId, NewEvent, RetryPolicy};
 use sqlx::PgPool;
 use tower::Layer;
 

@@ -7,11 +7,11 @@ use std::time::{Duration, SystemTime};
 use crate::support::{apply, count_effects, effects, effects_table};
 use lapin::ExchangeKind;
 use outbox_consumer::{InboxLayer, InboxRunner, Outcome};
-use outbox_core::{Event, KEY_BYTES, Keyring, NewEvent, PayloadCipher};
 use outbox_producer::Outbox;
-use outbox_relay::{AmqpPublisher, Relay};
+use outbox_relayer::{AmqpPublisher, Relay};
 use outbox_system_tests::count;
 use outbox_testkit::{Recorder, TestBroker, TestDb, wait_for};
+use outbox_types::{Event, KEY_BYTES, Keyring, NewEvent, PayloadCipher};
 use tower::{Layer, Service};
 
 const SECRET: i64 = 4_111_111_111;

@@ -2,10 +2,10 @@
 //! or after the position and every held row wherever it is, as a read from the front does, and
 //! walks none of the queue index's entries below the position (which a held snapshot keeps there).
 
-use outbox_core::NewEvent;
 use outbox_ops::admin;
 use outbox_producer::Outbox;
 use outbox_testkit::{SnapshotHolder, TestDb};
+use outbox_types::NewEvent;
 use sqlx::{PgConnection, PgPool};
 
 const EVENTS: i64 = 2_000;

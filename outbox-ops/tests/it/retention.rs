@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use outbox_core::NewEvent;
 use outbox_ops::Retention;
 use outbox_producer::Outbox;
 use outbox_testkit::TestDb;
+use outbox_types::NewEvent;
 use sqlx::PgPool;
 
 async fn enqueue(pool: &PgPool, entity: &str, n: usize) -> Vec<uuid::Uuid> {

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_core::{EventError, NewEvent, Payload};
 use outbox_producer::{Error, Outbox};
 use outbox_testkit::TestDb;
+use outbox_types::{EventError, NewEvent, Payload};
 use rand::Rng;
 use rand::seq::SliceRandom;
 use sqlx::{Connection, PgPool, Row};
@@ -182,7 +182,7 @@ async fn enqueue_many_numbers_each_entity_in_order_in_one_statement() {
     let ids = outbox.enqueue_many(&mut *tx, batch).await.expect("batch");
     tx.commit().await.expect("commit");
 
-    let seq_of = |id: &outbox_core::EventId| {
+    let seq_of = |id: &outbox_types::EventId| {
         let id = *id.as_uuid();
         async move {
             sqlx::query_as::<_, (Option<String>, Option<i64>)>(

@@ -5,9 +5,9 @@
 
 use std::cell::{Cell, RefCell};
 
-use outbox_core::NewEvent;
 use outbox_producer::{Error, Outbox};
 use outbox_testkit::TestDb;
+use outbox_types::NewEvent;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
@@ -32,7 +32,7 @@ fn event_with(field: Field, value: &str) -> NewEvent {
         Field::CorrelationId => base().correlation_id(value),
         Field::CausationId => base().causation_id(value),
         Field::Traceparent => base().traceparent(value),
-        Field::ContentType => NewEvent::new("order.updated", outbox_core::Payload::new(b"x".to_vec(), value)),
+        Field::ContentType => NewEvent::new("order.updated", outbox_types::Payload::new(b"x".to_vec(), value)),
         Field::HeaderName => base().header(value, "v"),
         Field::HeaderValue => base().header("note", value),
     }

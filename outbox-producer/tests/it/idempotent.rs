@@ -5,10 +5,10 @@
 
 use std::time::Duration;
 
-use outbox_core::{EventError, EventId, KEY_BYTES, KeyProvider, NewEvent, PayloadCipher};
 use outbox_producer::{Error, Outbox};
 use outbox_system_tests::count;
 use outbox_testkit::TestDb;
+use outbox_types::{EventError, EventId, KEY_BYTES, KeyProvider, NewEvent, PayloadCipher};
 use sqlx::PgPool;
 
 fn keyed(key: &str) -> NewEvent {

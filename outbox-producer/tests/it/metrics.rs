@@ -2,9 +2,9 @@
 //! dashboard can compare the rate of events created with the rate published.
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
-use outbox_core::NewEvent;
 use outbox_producer::Outbox;
 use outbox_testkit::TestDb;
+use outbox_types::NewEvent;
 
 fn event(i: usize) -> NewEvent {
     NewEvent::json("order.placed", &serde_json::json!({ "i": i })).expect("json").entity(format!("o-{i}"))

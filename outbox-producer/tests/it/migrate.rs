@@ -86,10 +86,10 @@ async fn hot_queries_use_indexes() {
 }
 
 /// The product's SQL writes the status names out (so that the partial indexes' predicates match);
-/// they must be those of `outbox_core::Status`, and the schema must accept exactly those.
+/// they must be those of `outbox_types::Status`, and the schema must accept exactly those.
 #[tokio::test]
 async fn the_schema_accepts_exactly_the_status_names_of_the_core_type() {
-    use outbox_core::Status;
+    use outbox_types::Status;
     let db = TestDb::new().await.expect("test db");
     let check: String = sqlx::query_scalar(
         "SELECT pg_get_constraintdef(c.oid) FROM pg_constraint c

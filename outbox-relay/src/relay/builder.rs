@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_core::{ExchangeKind, Publisher, RetryPolicy};
+use outbox_types::{ExchangeKind, Publisher, RetryPolicy};
 use sqlx::postgres::PgConnectOptions;
 use uuid::Uuid;
 
@@ -309,7 +309,7 @@ impl<P: Publisher> RelayBuilder<P> {
     /// contract failure and nothing of it is published. Defaults to none: sealed rows are then
     /// quarantined the same way.
     #[must_use]
-    pub fn cipher(mut self, cipher: outbox_core::PayloadCipher) -> Self {
+    pub fn cipher(mut self, cipher: outbox_types::PayloadCipher) -> Self {
         self.settings.cipher = Some(cipher);
         self
     }

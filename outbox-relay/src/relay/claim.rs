@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use outbox_core::FailureKind;
+use outbox_types::FailureKind;
 use uuid::Uuid;
 
 #[cfg(feature = "fail-points")]
@@ -102,7 +102,7 @@ fn report_takeovers<P>(shared: &Shared<P>, taken_over: &[(String, usize)]) {
 
 #[cfg(test)]
 mod tests {
-    use outbox_core::{Entity, Event, EventId, Payload};
+    use outbox_types::{Entity, Event, EventId, Payload};
 
     use super::*;
 

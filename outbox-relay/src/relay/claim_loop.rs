@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use outbox_core::{Backoff, Publisher};
+use outbox_types::{Backoff, Publisher};
 use tokio::sync::futures::Notified;
 use tokio::sync::watch;
 use tokio::task::JoinSet;

@@ -8,7 +8,7 @@ use std::time::{Instant, SystemTime};
 
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
-use outbox_core::{FailureKind, OutgoingMessage, PublishOutcome, Publisher, RetryDecision, wire};
+use outbox_types::{FailureKind, OutgoingMessage, PublishOutcome, Publisher, RetryDecision, wire};
 use tokio::sync::watch;
 use tracing::{Instrument, Span};
 use uuid::Uuid;
@@ -220,7 +220,7 @@ fn runs(claimed: &[store::Claimed]) -> (Vec<usize>, Vec<Option<usize>>) {
 mod tests {
     use std::time::SystemTime;
 
-    use outbox_core::{Entity, Event, EventId, Payload};
+    use outbox_types::{Entity, Event, EventId, Payload};
 
     use super::*;
 

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use outbox_core::{FailureKind, PublishFailure, PublishOutcome, RetryDecision, RetryPolicy};
+use outbox_types::{FailureKind, PublishFailure, PublishOutcome, RetryDecision, RetryPolicy};
 use uuid::Uuid;
 
 use crate::store;
@@ -153,7 +153,7 @@ fn failure_to_record(
 
 #[cfg(test)]
 mod tests {
-    use outbox_core::{Entity, Event, EventId, Payload};
+    use outbox_types::{Entity, Event, EventId, Payload};
 
     use super::*;
 

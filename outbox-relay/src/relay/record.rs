@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use outbox_core::{Backoff, FailureKind};
+use outbox_types::{Backoff, FailureKind};
 use tokio::sync::watch;
 use uuid::Uuid;
 

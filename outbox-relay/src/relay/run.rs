@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use outbox_core::Publisher;
+use outbox_types::Publisher;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::Instrument;
@@ -27,7 +27,7 @@ use crate::{Error, Result};
 /// relay's claims are taken over when its lease expires.
 ///
 /// ```no_run
-/// use outbox_relay::{AmqpPublisher, Relay};
+/// use outbox_relayer::{AmqpPublisher, Relay};
 ///
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// let database = "postgres://postgres@127.0.0.1/app".parse()?;

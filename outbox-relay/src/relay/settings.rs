@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use outbox_core::{ExchangeKind, RetryPolicy};
+use outbox_types::{ExchangeKind, RetryPolicy};
 
 use crate::store;
 
@@ -47,7 +47,7 @@ pub(super) struct Settings {
     pub(super) summary_interval: Option<Duration>,
     pub(super) retention: Option<outbox_ops::Retention>,
     pub(super) retention_interval: Duration,
-    pub(super) cipher: Option<outbox_core::PayloadCipher>,
+    pub(super) cipher: Option<outbox_types::PayloadCipher>,
     pub(super) end_to_end: bool,
     #[cfg(feature = "fail-points")]
     pub(super) crash_at: Option<CrashPoint>,

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use outbox_core::FailureKind;
+use outbox_types::FailureKind;
 
 /// What the relay did since the last summary.
 #[derive(Debug, Default)]

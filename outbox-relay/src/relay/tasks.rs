@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use outbox_core::{Backoff, Publisher};
+use outbox_types::{Backoff, Publisher};
 use tokio::task::JoinSet;
 
 use super::shared::Shared;

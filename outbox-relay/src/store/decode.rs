@@ -4,7 +4,7 @@
 use std::time::SystemTime;
 
 use chrono::{DateTime, Utc};
-use outbox_core::{CipherError, Entity, Event, EventId, HeaderValue, Headers, Payload, PayloadCipher};
+use outbox_types::{CipherError, Entity, Event, EventId, HeaderValue, Headers, Payload, PayloadCipher};
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 use uuid::Uuid;
@@ -108,7 +108,7 @@ fn decode_row(row: &PgRow, id: Uuid, sealed: Sealed<'_>) -> Result<Claimed> {
     event.traceparent = row.try_get("traceparent")?;
     event.headers = headers_from_json(id, row.try_get("headers")?)?;
     if let Some(key_id) = forwarded_key {
-        event.headers.insert(outbox_core::wire::HEADER_PAYLOAD_KEY.to_owned(), HeaderValue::String(key_id));
+        event.headers.insert(outbox_types::wire::HEADER_PAYLOAD_KEY.to_owned(), HeaderValue::String(key_id));
     }
     // Rows written by SQL rather than `enqueue` skip validation; these would not fit the message.
     let short = [Some(event.event_type.as_str()), Some(event.payload.content_type()), event.correlation_id.as_deref()];

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use outbox_core::{EventId, FailureKind};
+use outbox_types::{EventId, FailureKind};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 

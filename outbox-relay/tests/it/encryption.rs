@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use crate::support::{count_status, env, relay};
-use outbox_core::{KEY_BYTES, Keyring, NewEvent, PayloadCipher};
 use outbox_producer::Outbox;
 use outbox_system_tests::count;
+use outbox_types::{KEY_BYTES, Keyring, NewEvent, PayloadCipher};
 use sqlx::PgPool;
 
 const SECRET: &str = "CARD-4111-SECRET";

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use outbox_core::NewEvent;
 use outbox_testkit::{Fault, FaultyPublisher, Harness, wait_for};
+use outbox_types::NewEvent;
 use uuid::Uuid;
 
 #[tokio::test]

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use outbox_producer::Outbox;
-use outbox_relay::Relay;
+use outbox_relayer::Relay;
 use outbox_testkit::{Harness, wait_for};
 use sqlx::PgPool;
 use uuid::Uuid;
@@ -16,7 +16,7 @@ use uuid::Uuid;
 use crate::support::{self, enqueue};
 
 /// A relay of `h` that looks below its low water only when told to.
-fn relay(h: &Harness) -> Relay<outbox_relay::AmqpPublisher> {
+fn relay(h: &Harness) -> Relay<outbox_relayer::AmqpPublisher> {
     support::relay(h).recheck_passed_rows(Duration::from_secs(3600)).build().expect("relay")
 }
 
@@ -29,7 +29,7 @@ async fn last_position(pool: &PgPool) -> i64 {
 }
 
 /// Waits until `relay`'s low water is past `position`.
-async fn wait_low_water_past(relay: &Relay<outbox_relay::AmqpPublisher>, position: i64) {
+async fn wait_low_water_past(relay: &Relay<outbox_relayer::AmqpPublisher>, position: i64) {
     wait_for("the low water past the published rows", Duration::from_secs(30), || async {
         let at = relay.low_water();
         if at > position { Ok(()) } else { Err(format!("low water at {at}, want past {position}")) }
@@ -94,7 +94,7 @@ async fn an_event_retried_by_an_operator_below_the_low_water_is_published_with_i
     support::wait_all_published(h.pool(), later.len() as i64, Duration::from_secs(30)).await;
     wait_low_water_past(&relay, last_position(h.pool()).await).await;
 
-    assert!(outbox_ops::admin::retry(h.pool(), outbox_core::EventId::from_uuid(first[0])).await.expect("retry"));
+    assert!(outbox_ops::admin::retry(h.pool(), outbox_types::EventId::from_uuid(first[0])).await.expect("retry"));
     support::wait_all_published(h.pool(), (later.len() + 2) as i64, Duration::from_secs(30)).await;
     let arrivals: Vec<Uuid> =
         h.recorder().records().iter().filter_map(|r| r.event_id).filter(|id| first.contains(id)).collect();

@@ -5,12 +5,12 @@
 
 use std::time::{Duration, Instant};
 
-use outbox_core::{NewEvent, Publisher, RetryPolicy};
 use outbox_producer::Outbox;
-use outbox_relay::{AmqpPublisher, Relay, RelayBuilder};
+use outbox_relayer::{AmqpPublisher, Relay, RelayBuilder};
 use outbox_system_tests::sizes::{BROKER_OUTAGE, OUTAGE_BACKLOG};
 use outbox_system_tests::{Load, count, fill};
 use outbox_testkit::{ChaosProxy, Harness, Recorder, TestDb, wait_for};
+use outbox_types::{NewEvent, Publisher, RetryPolicy};
 use sqlx::PgPool;
 use sqlx::postgres::PgConnectOptions;
 

@@ -85,7 +85,7 @@ async fn a_relay_woken_after_each_of_twenty_pauses_writes_its_row_once() {
 async fn a_killed_relay_stops_commits_from_notifying_and_the_next_relay_deletes_its_row() {
     let h = support::env().await;
     let fast =
-        |b: outbox_relay::RelayBuilder<_>| b.poll_interval(Duration::from_secs(60)).linger(Duration::from_millis(20));
+        |b: outbox_relayer::RelayBuilder<_>| b.poll_interval(Duration::from_secs(60)).linger(Duration::from_millis(20));
     let killed = fast(relay(&h)).build().expect("relay").spawn();
     wait_until_waiting(&h, 1).await;
     let dead = listeners(h.pool()).await;

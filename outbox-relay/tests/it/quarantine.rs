@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use outbox_core::{NewEvent, Payload};
 use outbox_producer::Outbox;
 use outbox_testkit::{Harness, wait_for};
+use outbox_types::{NewEvent, Payload};
 use sqlx::PgPool;
 use uuid::Uuid;
 
@@ -144,19 +144,22 @@ async fn a_corrupt_row_is_quarantined_and_its_entity_waits_while_others_flow() {
 
 /// AMQP does not say which publish a `basic.return` answers: the broker sends it before the
 /// confirm of its message, and often confirms that message together with others in one `multiple`
-/// ack. Among thousands of routed events, exactly the unroutable ones are quarantined (as
-/// `rejected`, with the broker's reply), and every routed one is published and delivered once.
+/// ack. Among thousands of routed events, with unroutable ones alone and in runs of three (several
+/// returns waiting at once), exactly the unroutable ones are quarantined (as `rejected`, with the
+/// broker's reply), and every routed one is published and delivered once.
 #[tokio::test]
 async fn among_many_routed_events_exactly_the_unroutable_ones_are_quarantined() {
     let mut h = Harness::builder().defer_relay().bindings(&["order.*"]).start().await.expect("harness");
     let outbox = Outbox::new();
     let (mut routed, mut unroutable) = (Vec::new(), Vec::new());
     for round in 0..6 {
+        // One in seven alone, and runs of three in a row (several returns waiting at once).
+        let lost = |i: usize| i % 7 == round || (i + round) % 50 < 3;
         let events = (0..500).map(|i| {
-            let event_type = if i % 7 == round { "audit.recorded" } else { "order.changed" };
+            let event_type = if lost(i) { "audit.recorded" } else { "order.changed" };
             NewEvent::new(event_type, Payload::new(vec![b'x'; 100], "application/octet-stream"))
         });
-        let types: Vec<bool> = (0..500).map(|i| i % 7 == round).collect();
+        let types: Vec<bool> = (0..500).map(lost).collect();
         let mut tx = h.pool().begin().await.expect("begin");
         let ids = outbox.enqueue_many(&mut *tx, events).await.expect("enqueue");
         tx.commit().await.expect("commit");

@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use outbox_core::NewEvent;
 use outbox_ops::Retention;
 use outbox_system_tests::sizes;
 use outbox_testkit::{Harness, wait_for};
+use outbox_types::NewEvent;
 
 const OLD: i64 = sizes::RETENTION_OLD_ROWS;
 const WAIT: Duration = Duration::from_secs(120);

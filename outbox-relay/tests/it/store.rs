@@ -5,12 +5,12 @@
 //! Which rows a claim takes is read from the table after a relay claimed once and stopped at the
 //! crash point right after its claim: the rows it leased. The plan is read with EXPLAIN of the
 //! relay's own claim statement, in a session with the relay's settings
-//! (`outbox_relay::claim_plan`).
+//! (`outbox_relayer::claim_plan`).
 
-use outbox_core::{ConfirmFuture, OutgoingMessage, Publisher};
-use outbox_relay::claim_plan::{CLAIM, MARK_PUBLISHED, SESSION};
-use outbox_relay::{CrashPoint, Error, Relay};
+use outbox_relayer::claim_plan::{CLAIM, MARK_PUBLISHED, SESSION};
+use outbox_relayer::{CrashPoint, Error, Relay};
 use outbox_testkit::TestDb;
+use outbox_types::{ConfirmFuture, OutgoingMessage, Publisher};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::{PgPool, Row};
 use uuid::Uuid;

@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use outbox_core::{EventId, NewEvent};
 use outbox_producer::Outbox;
-use outbox_relay::{AmqpPublisher, RelayBuilder};
+use outbox_relayer::{AmqpPublisher, RelayBuilder};
 use outbox_testkit::Harness;
+use outbox_types::{EventId, NewEvent};
 use sqlx::PgPool;
 use uuid::Uuid;
 

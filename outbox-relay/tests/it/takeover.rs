@@ -5,9 +5,9 @@
 use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, Snapshotter};
-use outbox_core::NewEvent;
 use outbox_ops::admin::{self, Backlog};
 use outbox_testkit::{Fault, FaultyPublisher, Harness, wait_for};
+use outbox_types::NewEvent;
 
 fn events(entity: &str, n: usize) -> Vec<NewEvent> {
     (0..n)

@@ -22,7 +22,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use outbox_consumer::{CrashPoint, HandlerError, InboxLayer, InboxRequest, InboxRunner, RunnerStats};
-use outbox_core::RetryPolicy;
+use outbox_types::RetryPolicy;
 use tower::Layer;
 
 #[path = "../chaos_env.rs"]

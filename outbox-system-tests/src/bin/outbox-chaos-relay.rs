@@ -9,8 +9,8 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use outbox_core::RetryPolicy;
-use outbox_relay::{AmqpPublisher, Relay};
+use outbox_relayer::{AmqpPublisher, Relay};
+use outbox_types::RetryPolicy;
 
 #[path = "../chaos_env.rs"]
 mod chaos_env;

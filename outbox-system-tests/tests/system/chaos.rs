@@ -33,10 +33,10 @@ use std::time::{Duration, Instant};
 
 use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
-use outbox_core::NewEvent;
 use outbox_producer::Outbox;
 use outbox_system_tests::{count, sizes};
 use outbox_testkit::{ChaosProxy, Reconciliation, Recorder, RecorderDeliveries, TestBroker, TestDb, wait_for};
+use outbox_types::NewEvent;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use sqlx::PgPool;

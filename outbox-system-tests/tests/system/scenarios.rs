@@ -8,14 +8,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use outbox_consumer::{HandlerError, InboxLayer, InboxRequest};
-use outbox_core::{
+use outbox_ops::{Retention, admin};
+use outbox_relayer::{CrashPoint, Error as RelayError, RelayBuilder};
+use outbox_system_tests::{Load, count, sizes};
+use outbox_testkit::{Fault, FaultyPublisher, Harness, HarnessBuilder, ReconciliationReport, wait_for};
+use outbox_types::{
     ConfirmFuture, EventId, ExchangeKind, FailureKind, NewEvent, OutgoingMessage, PublishFailure, Publisher,
     RetryPolicy, Status,
 };
-use outbox_ops::{Retention, admin};
-use outbox_relay::{CrashPoint, Error as RelayError, RelayBuilder};
-use outbox_system_tests::{Load, count, sizes};
-use outbox_testkit::{Fault, FaultyPublisher, Harness, HarnessBuilder, ReconciliationReport, wait_for};
 use tower::Layer;
 use uuid::Uuid;
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use outbox_consumer::{InboxRequest, InboxRunnerBuilder, Topology};
 use outbox_producer::Outbox;
-use outbox_relay::{AmqpPublisher, AmqpPublisherBuilder, RelayBuilder};
+use outbox_relayer::{AmqpPublisher, AmqpPublisherBuilder, RelayBuilder};
 
 use super::consumer_factory::{ConsumerFactory, factory};
 use super::environment::Harness;

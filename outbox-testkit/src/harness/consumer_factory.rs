@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_consumer::{InboxLayer, InboxRequest, InboxRunner, InboxRunnerBuilder, RunnerHandle, Topology};
-use outbox_core::RetryPolicy;
+use outbox_types::RetryPolicy;
 use sqlx::PgPool;
 use tower::Layer;
 

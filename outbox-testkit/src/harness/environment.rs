@@ -2,7 +2,7 @@
 
 use outbox_consumer::{RunnerHandle, Topology};
 use outbox_producer::Outbox;
-use outbox_relay::RelayHandle;
+use outbox_relayer::RelayHandle;
 use sqlx::PgPool;
 
 use super::consumer_factory::ConsumerFactory;

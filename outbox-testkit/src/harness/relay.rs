@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use outbox_core::{Publisher, RetryPolicy};
-use outbox_relay::{AmqpPublisher, RelayBuilder, RelayHandle};
+use outbox_relayer::{AmqpPublisher, RelayBuilder, RelayHandle};
+use outbox_types::{Publisher, RetryPolicy};
 
 use super::environment::Harness;
 use super::relay_config::HarnessPublisher;
@@ -14,7 +14,7 @@ impl Harness {
     /// A relay builder with the harness's settings and `publisher`, for more relays of the test's
     /// own (the test owns their handles).
     pub fn relay_builder_with<P: Publisher>(&self, publisher: P) -> RelayBuilder<P> {
-        outbox_relay::Relay::builder(self.db().connect_options().clone(), publisher)
+        outbox_relayer::Relay::builder(self.db().connect_options().clone(), publisher)
             .exchange(&self.exchange)
             .declare_exchange(false)
             .lease(Duration::from_secs(3))
@@ -80,7 +80,7 @@ impl Harness {
 
     /// Waits for the relay to end on its own (at an armed crash point) and returns how it ended;
     /// `None` if no relay runs.
-    pub async fn join_relay(&mut self) -> Option<outbox_relay::Result<()>> {
+    pub async fn join_relay(&mut self) -> Option<outbox_relayer::Result<()>> {
         Some(self.relay.0.take()?.join().await)
     }
 }

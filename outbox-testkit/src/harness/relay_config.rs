@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use outbox_relay::{AmqpPublisher, RelayBuilder};
+use outbox_relayer::{AmqpPublisher, RelayBuilder};
 
 use crate::FaultyPublisher;
 

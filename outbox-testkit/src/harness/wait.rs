@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use outbox_core::Status;
+use outbox_types::Status;
 
 use super::Harness;
 use crate::Result;

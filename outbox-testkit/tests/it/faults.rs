@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use outbox_core::{FailureKind, NewEvent, RetryPolicy};
 use outbox_testkit::{Fault, Harness, wait_for};
+use outbox_types::{FailureKind, NewEvent, RetryPolicy};
 use uuid::Uuid;
 
 /// A harness whose relay starts when a test has queued its faults, with short retries.

@@ -4,8 +4,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use outbox_core::NewEvent;
 use outbox_testkit::{ChaosProxy, Harness, TestDb};
+use outbox_types::NewEvent;
 use sqlx::{Connection, PgConnection};
 
 fn pg_addr() -> SocketAddr {
@@ -53,7 +53,7 @@ async fn a_relay_survives_a_cut_broker_connection() {
         .relay_through_proxy()
         .relay(|r| {
             r.retry_policy(
-                outbox_core::RetryPolicy::default()
+                outbox_types::RetryPolicy::default()
                     .initial_delay(Duration::from_millis(100))
                     .max_delay(Duration::from_millis(500)),
             )

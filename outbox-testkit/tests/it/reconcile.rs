@@ -3,10 +3,10 @@
 
 use std::time::{Duration, SystemTime};
 
-use outbox_core::{Event, EventId, NewEvent, Payload};
 use outbox_producer::Outbox;
-use outbox_relay::{AmqpPublisher, Relay};
+use outbox_relayer::{AmqpPublisher, Relay};
 use outbox_testkit::{Change, OrderViolation, Reconciliation, Recorder, RecorderDeliveries, TestBroker, TestDb};
+use outbox_types::{Event, EventId, NewEvent, Payload};
 use sqlx::PgPool;
 use uuid::Uuid;
 

@@ -1,7 +1,7 @@
 use std::time::Duration;
 
 use outbox_consumer::{HandlerError, InboxRequest};
-use outbox_core::NewEvent;
+use outbox_types::NewEvent;
 use outbox_testkit::{Fault, Harness, wait_for};
 
 /// The shipping service's handler: one shipment per order event, in the inbox's transaction.

@@ -5,9 +5,9 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime};
 
-use outbox_core::{Event, NewEvent};
-use outbox_relay::{Partitioned, RoutingStrategy};
+use outbox_relayer::{Partitioned, RoutingStrategy};
 use outbox_testkit::{TestBroker, TestDb, wait_for};
+use outbox_types::{Event, NewEvent};
 use rand::seq::SliceRandom;
 
 fn spawn(db: &TestDb, exchange: &str, base: &str) -> Child {
