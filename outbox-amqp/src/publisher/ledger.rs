@@ -16,17 +16,15 @@
 //! every confirm begun before it was seen completed has been seen completed too.
 
 use std::collections::{BTreeSet, HashMap};
+use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use lapin::Confirmation;
 use lapin::message::BasicReturnMessage;
-use outbox_types::{ConfirmFuture, FailureKind, PublishFailure, PublishOutcome};
+use outbox_types::{FailureKind, PublishFailure, PublishOutcome};
 use tokio::sync::{mpsc, oneshot};
-
-use super::confirm::blame;
-use super::shared::Inner;
 
 /// The ledger of one confirm channel: where each publish on it registers its confirm.
 #[derive(Clone)]
@@ -52,13 +50,19 @@ enum Entry {
     Settled,
 }
 
+/// What the ledger decided for a message: its outcome, or the channel's error, which the publisher
+/// classifies (it knows whether the connection is gone).
+pub(super) enum Decided {
+    Outcome(PublishOutcome),
+    Error(lapin::Error),
+}
+
 /// A message's confirm as the ledger holds it.
 struct Watched {
     seq: u64,
     message_id: Option<String>,
-    body_len: usize,
     confirm: lapin::PublisherConfirm,
-    reply: oneshot::Sender<PublishOutcome>,
+    reply: oneshot::Sender<Decided>,
 }
 
 /// A completed confirm whose outcome is not decided yet.
@@ -67,18 +71,17 @@ struct Seen {
     /// It carried another message's return: its own may still be waiting in lapin.
     displaced: bool,
     message_id: Option<String>,
-    body_len: usize,
     confirmation: lapin::Result<Confirmation>,
-    reply: oneshot::Sender<PublishOutcome>,
+    reply: oneshot::Sender<Decided>,
 }
 
 impl Ledger {
     /// A ledger for a new channel, with its task spawned on the current runtime. The task ends
     /// when the ledger and its tickets are gone and every confirm it holds is completed.
-    pub(super) fn spawn(inner: Weak<Inner>) -> Self {
+    pub(super) fn spawn() -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let books = Arc::new(Mutex::new(Books { next: 0, begun: BTreeSet::new(), tx }));
-        tokio::spawn(run(rx, Arc::downgrade(&books), inner));
+        tokio::spawn(run(rx, Arc::downgrade(&books)));
         Self { books }
     }
 
@@ -94,24 +97,24 @@ impl Ledger {
 }
 
 impl Ticket {
-    /// Hands the message's confirm to the ledger; the future resolves to its decided outcome.
+    /// Hands the message's confirm to the ledger; the future resolves to what it decided.
     pub(super) fn register(
         mut self,
         message_id: Option<String>,
-        body_len: usize,
         confirm: lapin::PublisherConfirm,
-    ) -> ConfirmFuture {
-        let (reply, outcome) = oneshot::channel();
+    ) -> impl Future<Output = Decided> + Send + 'static {
+        let (reply, decided) = oneshot::channel();
         let mut books = lock(&self.books);
         let seq = self.seq.take().unwrap_or(u64::MAX);
         books.begun.remove(&seq);
-        let _ = books.tx.send(Entry::Watch(Watched { seq, message_id, body_len, confirm, reply }));
+        let _ = books.tx.send(Entry::Watch(Watched { seq, message_id, confirm, reply }));
         drop(books);
-        Box::pin(outcome.map(|decided| {
+        decided.map(|decided| {
             decided.unwrap_or_else(|_| {
-                PublishOutcome::Failed(PublishFailure::new(FailureKind::Unavailable, "confirm abandoned"))
+                let abandoned = PublishFailure::new(FailureKind::Unavailable, "confirm abandoned");
+                Decided::Outcome(PublishOutcome::Failed(abandoned))
             })
-        }))
+        })
     }
 }
 
@@ -131,7 +134,7 @@ fn lock(books: &Mutex<Books>) -> MutexGuard<'_, Books> {
 
 /// The ledger's task: takes in confirms, notes the returns they carry by message id, and decides
 /// outcomes when it is safe to (see the module's note).
-async fn run(mut rx: mpsc::UnboundedReceiver<Entry>, books: Weak<Mutex<Books>>, inner: Weak<Inner>) {
+async fn run(mut rx: mpsc::UnboundedReceiver<Entry>, books: Weak<Mutex<Books>>) {
     let mut state = State::default();
     let mut open = true;
     while open || !state.confirming.is_empty() || !state.observed.is_empty() || !state.waiting.is_empty() {
@@ -142,7 +145,7 @@ async fn run(mut rx: mpsc::UnboundedReceiver<Entry>, books: Weak<Mutex<Books>>, 
             },
             Some(seen) = state.confirming.next(), if !state.confirming.is_empty() => state.note(seen),
         }
-        state.settle(&mut rx, &books, &inner).await;
+        state.settle(&mut rx, &books);
     }
     state.report_orphans();
 }
@@ -170,8 +173,8 @@ impl State {
             self.unseen.insert(w.seq);
             self.confirming.push(Box::pin(async move {
                 let confirmation = w.confirm.await;
-                let (seq, message_id, body_len, reply) = (w.seq, w.message_id, w.body_len, w.reply);
-                Seen { seq, displaced: false, message_id, body_len, confirmation, reply }
+                let (seq, message_id, reply) = (w.seq, w.message_id, w.reply);
+                Seen { seq, displaced: false, message_id, confirmation, reply }
             }));
         }
     }
@@ -195,12 +198,7 @@ impl State {
     /// Rounds of: take in what was registered and read the books; see every confirm completed;
     /// decide the ones whose earlier publishes were all registered before that look. Repeats
     /// while confirms keep completing.
-    async fn settle(
-        &mut self,
-        rx: &mut mpsc::UnboundedReceiver<Entry>,
-        books: &Weak<Mutex<Books>>,
-        inner: &Weak<Inner>,
-    ) {
+    fn settle(&mut self, rx: &mut mpsc::UnboundedReceiver<Entry>, books: &Weak<Mutex<Books>>) {
         loop {
             let oldest = {
                 // Without books, no publish can begin any more: every confirm is registered.
@@ -224,8 +222,8 @@ impl State {
                 registered.into_iter().partition(|(n, seen)| !seen.displaced || *n <= oldest_unseen);
             self.waiting.extend(displaced);
             for (_, seen) in ready {
-                let outcome = self.decide(&seen, inner).await;
-                let _ = seen.reply.send(outcome);
+                let decided = self.decide(seen.message_id.as_deref(), seen.confirmation);
+                let _ = seen.reply.send(decided);
             }
             if self.observed.is_empty() {
                 return;
@@ -233,21 +231,16 @@ impl State {
         }
     }
 
-    async fn decide(&mut self, seen: &Seen, inner: &Weak<Inner>) -> PublishOutcome {
-        let failed = |kind, reason: String| PublishOutcome::Failed(PublishFailure::new(kind, reason));
-        if let Some(reason) = seen.message_id.as_ref().and_then(|id| self.returned.remove(id)) {
-            return failed(FailureKind::Rejected, reason);
+    fn decide(&mut self, message_id: Option<&str>, confirmation: lapin::Result<Confirmation>) -> Decided {
+        let failed = |kind, reason: &str| Decided::Outcome(PublishOutcome::Failed(PublishFailure::new(kind, reason)));
+        if let Some(reason) = message_id.and_then(|id| self.returned.remove(id)) {
+            return failed(FailureKind::Rejected, &reason);
         }
-        match &seen.confirmation {
-            Ok(Confirmation::Ack(_)) => PublishOutcome::Confirmed,
-            Ok(Confirmation::Nack(_)) => failed(FailureKind::Transient, "nacked by the broker".to_owned()),
-            Ok(Confirmation::NotRequested) => {
-                failed(FailureKind::Transient, "publisher confirms are not enabled".to_owned())
-            }
-            Err(e) => match inner.upgrade() {
-                Some(inner) => PublishOutcome::Failed(blame(inner.lost_or_classified(e).await, seen.body_len)),
-                None => failed(FailureKind::Unavailable, "publisher closed".to_owned()),
-            },
+        match confirmation {
+            Ok(Confirmation::Ack(_)) => Decided::Outcome(PublishOutcome::Confirmed),
+            Ok(Confirmation::Nack(_)) => failed(FailureKind::Transient, "nacked by the broker"),
+            Ok(Confirmation::NotRequested) => failed(FailureKind::Transient, "publisher confirms are not enabled"),
+            Err(e) => Decided::Error(e),
         }
     }
 

@@ -11,7 +11,7 @@ use outbox_types::{
 use tokio::time::Instant;
 
 use super::confirm::{blame, failed_all, ready};
-use super::ledger::Ledger;
+use super::ledger::{Decided, Ledger};
 use super::shared::{Inner, Link, State};
 use crate::classify::classify;
 use crate::{Error, topology};
@@ -96,7 +96,7 @@ impl AmqpPublisher {
                 state.failures = 0;
                 state.retry_at = None;
                 state.last_failure = None;
-                let link = Link { channel, ledger: Ledger::spawn(Arc::downgrade(&self.inner)) };
+                let link = Link { channel, ledger: Ledger::spawn() };
                 state.channel = Some(link.clone());
                 Ok(link)
             }
@@ -152,7 +152,18 @@ impl AmqpPublisher {
         let (exchange, key) = (msg.exchange.as_str().into(), msg.routing_key.as_str().into());
         let ticket = link.ledger.begin();
         match link.channel.basic_publish(exchange, key, options, &msg.message.body, props).await {
-            Ok(pending) => Ok(ticket.register(msg.message.properties.message_id.clone(), body_len, pending)),
+            Ok(pending) => {
+                let decided = ticket.register(msg.message.properties.message_id.clone(), pending);
+                let inner = self.inner.clone();
+                Ok(Box::pin(async move {
+                    match decided.await {
+                        Decided::Outcome(outcome) => outcome,
+                        Decided::Error(e) => {
+                            PublishOutcome::Failed(blame(inner.lost_or_classified(&e).await, body_len))
+                        }
+                    }
+                }))
+            }
             Err(e) => {
                 // Not sent: no confirm of it can hold a return, so the ledger need not wait for it.
                 drop(ticket);
