@@ -14,6 +14,13 @@
 //! another message's return may have left its own waiting, for a confirm lapin completes after it
 //! (several confirms of one `multiple` ack are completed in no fixed order): it is decided once
 //! every confirm begun before it was seen completed has been seen completed too.
+//!
+//! This relies on what RabbitMQ does: returns in publish order, each before its message's confirm,
+//! and the confirms of returned messages sent as soon as they are routed, in order. A message
+//! without a `message_id` can only be paired as lapin pairs it. A publish whose future is dropped
+//! after lapin took it (the caller cancelled [`Publisher::publish`](outbox_types::Publisher)) leaves
+//! a confirm the ledger never sees; the relay cancels a publish only when it is aborted
+//! (`RelayHandle::abort`, a crash point), as if its process died, and then records nothing.
 
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
@@ -169,8 +176,16 @@ struct State {
 
 impl State {
     fn take(&mut self, entry: Entry) {
-        if let Entry::Watch(w) = entry {
+        if let Entry::Watch(mut w) = entry {
             self.unseen.insert(w.seq);
+            // A confirm completed before it was registered is seen here, exactly: only added to
+            // the set, it could land behind a confirm that lapin's thread is adding at that very
+            // moment, where a look that must not wait does not reach it.
+            if let Some(confirmation) = (&mut w.confirm).now_or_never() {
+                let (seq, message_id, reply) = (w.seq, w.message_id, w.reply);
+                self.note(Seen { seq, displaced: false, message_id, confirmation, reply });
+                return;
+            }
             self.confirming.push(Box::pin(async move {
                 let confirmation = w.confirm.await;
                 let (seq, message_id, reply) = (w.seq, w.message_id, w.reply);
