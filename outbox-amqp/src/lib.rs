@@ -51,7 +51,7 @@ pub use properties::{from_table, to_properties, to_table, to_wire};
 pub use publisher::{AmqpPublisher, AmqpPublisherBuilder};
 pub use subscription::Subscription;
 pub use topology::{
-    QUORUM_DELIVERY_LIMIT, QueueType, Topology, declare_exchange, declare_partitions, declare_partitions_as,
+    Layout, QUORUM_DELIVERY_LIMIT, QueueType, Topology, declare_exchange, declare_partitions, declare_partitions_as,
     declare_queue, declare_queue_as,
 };
 pub use url::check_url;

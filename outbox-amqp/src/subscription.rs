@@ -11,7 +11,23 @@ use lapin::types::{FieldTable, ShortString};
 use lapin::{Channel, Connection, Consumer};
 
 use crate::acks::AckWindow;
-use crate::{DeadLetters, Delivery, Error, Nodes};
+use crate::{DeadLetters, Delivery, Error, Nodes, Topology};
+
+/// Declares `topology` on a channel of its own, so that a refusal (a queue declared elsewhere with
+/// other arguments) closes only that channel: it is logged, and the subscription goes on with what
+/// exists (a queue that does not exist then fails the subscription, with the broker's reason).
+async fn declare_apart(connection: &Connection, topology: &Topology) -> Result<(), Error> {
+    let channel = connection.create_channel().await?;
+    match topology.declare(&channel).await {
+        Ok(()) => {
+            let _ = channel.close(200, "declared".into()).await;
+        }
+        Err(e) => {
+            tracing::warn!(exchange = %topology.exchange, error = %e, "the broker refused the topology; consuming what exists")
+        }
+    }
+    Ok(())
+}
 
 /// How long opening a subscription's connection may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -35,8 +51,8 @@ impl std::fmt::Debug for Subscription {
 
 impl Subscription {
     /// Connects to the first of `nodes` that answers (named `connection_name` in the management
-    /// UI; see [`Nodes::connect`]), sets the prefetch and starts consuming every queue; dead
-    /// letters go to `dead_letter_exchange`.
+    /// UI; see [`Nodes::connect`]), declares `declare` if given, sets the prefetch and starts
+    /// consuming every queue; dead letters go to `dead_letter_exchange`.
     ///
     /// # Errors
     /// An invalid URL, or the broker's failure or refusal (for example a queue that does not exist).
@@ -46,8 +62,12 @@ impl Subscription {
         prefetch: u16,
         queues: &[String],
         dead_letter_exchange: &str,
+        declare: Option<&Topology>,
     ) -> Result<Self, Error> {
         let connection = nodes.connect(connection_name, CONNECT_TIMEOUT).await?;
+        if let Some(topology) = declare {
+            declare_apart(&connection, topology).await?;
+        }
         let channel = connection.create_channel().await?;
         channel.basic_qos(prefetch, BasicQosOptions::default()).await?;
         let dead_letters = DeadLetters::open(&connection, dead_letter_exchange).await?;

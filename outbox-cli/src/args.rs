@@ -128,6 +128,15 @@ pub(crate) enum ExchangeKindArg {
     Headers,
 }
 
+/// The type of the queues `outbox relay --declare-queue` declares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum QueueTypeArg {
+    /// A queue on one node.
+    Classic,
+    /// A replicated queue (a cluster).
+    Quorum,
+}
+
 #[derive(Debug, clap::Args)]
 pub(crate) struct RelayArgs {
     /// RabbitMQ URL (`amqp://user:password@host:port/vhost` or `amqps://`). For a cluster, give
@@ -142,8 +151,22 @@ pub(crate) struct RelayArgs {
     #[arg(long, value_enum, default_value_t = ExchangeKindArg::Topic)]
     pub(crate) exchange_kind: ExchangeKindArg,
     /// Assume the exchange exists instead of declaring it.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "declare_queue")]
     pub(crate) no_declare_exchange: bool,
+    /// Also declare the consumer's queue on every connection, bound to the exchange (a topic
+    /// exchange) with `#`, with its dead letters `<QUEUE>.dlx` and `<QUEUE>.dead`; with
+    /// --partitions, the partition queues `<QUEUE>.<n>`. The same topology a consumer declares
+    /// with `InboxRunnerBuilder::topology`, so either may start first.
+    #[arg(long, value_name = "QUEUE")]
+    pub(crate) declare_queue: Option<String>,
+    /// With --declare-queue (one queue, not partitions): bind it with this routing-key pattern in
+    /// place of `#` (repeat the flag for several, as the consumer's `Topology::bindings`).
+    #[arg(long, value_name = "KEY", requires = "declare_queue", conflicts_with = "partitions")]
+    pub(crate) bind: Vec<String>,
+    /// The type of the queues --declare-queue declares: `classic` (one node) or `quorum`
+    /// (replicated, for a cluster).
+    #[arg(long, value_enum, default_value_t = QueueTypeArg::Classic, requires = "declare_queue")]
+    pub(crate) queue_type: QueueTypeArg,
     /// Route by a stable hash of the entity key into this many partitions
     /// (routing key `partition.<n>`) instead of by event type. 1 to 10,000.
     #[arg(long, value_parser = RangedU64ValueParser::<u32>::new().range(1..=MAX_PARTITIONS))]
@@ -223,6 +246,14 @@ impl Cli {
 
     /// The rules between flags that clap cannot express.
     fn check(&self) -> Result<(), clap::Error> {
+        if let Command::Relay(relay) = &self.command
+            && relay.declare_queue.is_some()
+            && relay.exchange_kind != ExchangeKindArg::Topic
+        {
+            let message =
+                "--declare-queue binds to a topic exchange: drop --exchange-kind, or declare the queues yourself";
+            return Err(Self::command().error(ErrorKind::ArgumentConflict, message));
+        }
         if let Command::Relay(relay) = &self.command
             && relay.confirm_timeout_secs >= relay.lease_secs
         {
@@ -384,5 +415,60 @@ mod tests {
         let line = one_line(&relay(&["--lease-secs", "nan"]).expect_err("nan"));
         assert!(!line.contains('\n'));
         assert!(line.starts_with("error: invalid value 'nan' for '--lease-secs"), "{line}");
+    }
+
+    /// Every flag of every `outbox` command (clap's command tree, walked) appears in
+    /// docs/configuration.md as `--flag`, so the reference cannot fall behind the binary.
+    #[test]
+    fn every_flag_of_every_command_is_in_the_configuration_reference() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/configuration.md");
+        let reference = std::fs::read_to_string(path).expect("docs/configuration.md");
+        let mut missing = Vec::new();
+        let mut stack = vec![(String::from("outbox"), Cli::command())];
+        while let Some((path, command)) = stack.pop() {
+            for arg in command.get_arguments() {
+                let Some(long) = arg.get_long() else { continue };
+                if long != "help" && long != "version" && !reference.contains(&format!("--{long}")) {
+                    missing.push(format!("{path} --{long}"));
+                }
+            }
+            for sub in command.get_subcommands() {
+                stack.push((format!("{path} {}", sub.get_name()), sub.clone()));
+            }
+        }
+        assert!(missing.is_empty(), "flags missing from docs/configuration.md: {missing:?}");
+    }
+
+    #[test]
+    fn declare_queue_binds_a_topic_exchange_and_bind_needs_one_queue() {
+        assert!(relay(&["--declare-queue", "shipping.orders", "--bind", "order.*"]).is_ok());
+        let direct = relay(&["--declare-queue", "q", "--exchange-kind", "direct"]).expect_err("not topic");
+        assert!(one_line(&direct).contains("--declare-queue binds to a topic exchange"), "{}", one_line(&direct));
+        assert!(relay(&["--bind", "order.*"]).is_err(), "--bind without --declare-queue");
+        assert!(
+            relay(&["--declare-queue", "q", "--partitions", "4", "--bind", "x"]).is_err(),
+            "--bind with partitions"
+        );
+        assert!(relay(&["--declare-queue", "q", "--no-declare-exchange"]).is_err(), "declaring needs the exchange");
+    }
+
+    #[test]
+    fn quarantine_kinds_offered_in_the_help_are_the_ones_accepted() {
+        for kind in ["transient", "contract", "auth", "rejected"] {
+            assert!(Cli::parse_checked(["outbox", "quarantine", "list", "--kind", kind]).is_ok(), "{kind}");
+        }
+        let refused =
+            Cli::parse_checked(["outbox", "quarantine", "list", "--kind", "contended"]).expect_err("no such kind");
+        assert!(
+            one_line(&refused).contains("expected transient, contract, auth or rejected"),
+            "{}",
+            one_line(&refused)
+        );
+        let mut command = Cli::command();
+        let help = command
+            .find_subcommand_mut("quarantine")
+            .and_then(|q| q.find_subcommand_mut("list"))
+            .map(|l| l.render_help().to_string());
+        assert!(!help.expect("help").contains("contended"), "the help offers only accepted kinds");
     }
 }

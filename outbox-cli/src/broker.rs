@@ -16,7 +16,7 @@ use crate::signal::Shutdown;
 pub(crate) fn publisher(urls: &[String]) -> Result<AmqpPublisher, CliError> {
     let mut urls = urls.iter().map(|u| u.trim()).filter(|u| !u.is_empty());
     let first = urls.next().unwrap_or_default();
-    Ok(AmqpPublisher::builder(first).nodes(urls).try_build()?)
+    Ok(AmqpPublisher::builder(first).nodes(urls).build()?)
 }
 
 /// Connects `publisher`, retrying until the broker answers: `Ok(true)`; `Ok(false)` if a signal

@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use outbox_relayer::{AmqpPublisher, Relay};
+use outbox_relayer::{AmqpPublisher, QueueType, Relay, Topology};
 use outbox_types::ExchangeKind;
 use sqlx::postgres::PgConnectOptions;
 
-use crate::args::{ExchangeKindArg, RelayArgs};
+use crate::args::{ExchangeKindArg, QueueTypeArg, RelayArgs};
 use crate::error::CliError;
 use crate::serve::Probed;
 use crate::signal::Shutdown;
@@ -62,7 +62,7 @@ const PAYLOAD_KEYS: &str = "OUTBOX_PAYLOAD_KEYS";
 fn relay(db: PgConnectOptions, publisher: AmqpPublisher, args: RelayArgs) -> Result<Relay<AmqpPublisher>, CliError> {
     let retention = retention(&args)?;
     let mut builder = Relay::builder(db, publisher)
-        .exchange(args.exchange)
+        .exchange(args.exchange.clone())
         .exchange_kind(exchange_kind(args.exchange_kind))
         .declare_exchange(!args.no_declare_exchange)
         .batch_size(args.batch_size)
@@ -78,6 +78,9 @@ fn relay(db: PgConnectOptions, publisher: AmqpPublisher, args: RelayArgs) -> Res
     if let Some(n) = args.partitions {
         builder = builder.routing(outbox_relayer::Partitioned::new(n));
     }
+    if let Some(topology) = declared(&args) {
+        builder = builder.topology(&topology);
+    }
     if let Some(app_id) = args.app_id {
         builder = builder.app_id(app_id);
     }
@@ -89,6 +92,21 @@ fn relay(db: PgConnectOptions, publisher: AmqpPublisher, args: RelayArgs) -> Res
     }
     builder = builder.end_to_end(args.end_to_end);
     Ok(builder.build()?)
+}
+
+/// The topology `--declare-queue` asks for: one queue bound with `#`, or the partitions.
+fn declared(args: &RelayArgs) -> Option<Topology> {
+    let queue = args.declare_queue.as_deref()?;
+    let topology = match args.partitions {
+        Some(n) => Topology::partitioned(args.exchange.clone(), queue, n),
+        None if args.bind.is_empty() => Topology::queue(args.exchange.clone(), queue),
+        None => Topology::queue(args.exchange.clone(), queue).bindings(args.bind.iter().cloned()),
+    };
+    let kind = match args.queue_type {
+        QueueTypeArg::Classic => QueueType::Classic,
+        QueueTypeArg::Quorum => QueueType::Quorum,
+    };
+    Some(topology.queue_type(kind))
 }
 
 /// The relay's retention: published rows older than `--retention`, 5,000 per statement, at most

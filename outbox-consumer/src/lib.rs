@@ -65,9 +65,10 @@ pub use inbox::{InboxLayer, InboxRequest, InboxService, Outcome, StartPolicy};
 pub use migrate::{MIGRATIONS_TABLE, migrate, migrator};
 /// The topology and the dead-letter headers, from `outbox-amqp`.
 pub use outbox_amqp::{
-    HEADER_DEAD_LETTER_DETAIL, HEADER_DEAD_LETTER_QUEUE, HEADER_DEAD_LETTER_REASON, Nodes, QUORUM_DELIVERY_LIMIT,
-    QueueType, Topology, declare_partitions, declare_partitions_as, declare_queue, declare_queue_as,
+    HEADER_DEAD_LETTER_DETAIL, HEADER_DEAD_LETTER_QUEUE, HEADER_DEAD_LETTER_REASON, Layout, Nodes,
+    QUORUM_DELIVERY_LIMIT, QueueType, Topology, declare_partitions, declare_partitions_as, declare_queue,
+    declare_queue_as,
 };
 #[cfg(feature = "fail-points")]
 pub use runner::CrashPoint;
-pub use runner::{InboxRunner, InboxRunnerBuilder, RunnerHandle, RunnerStats};
+pub use runner::{InboxRunner, InboxRunnerBuilder, RunnerHandle, RunnerHealth, RunnerProbe, RunnerStats};

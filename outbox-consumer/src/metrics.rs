@@ -2,7 +2,7 @@
 //! name and its description in one place. [`describe`] is called when an inbox layer or a runner
 //! is built, so that an exporter installed before shows the descriptions.
 
-use ::metrics::{Unit, describe_counter, describe_gauge};
+use ::metrics::{Unit, counter, describe_counter, describe_gauge};
 
 /// Events handled by an inbox, labels `consumer` and `outcome` (`applied`, `duplicate`, `stale`,
 /// `parked`, `applied_from_parking`, ...) (counter).
@@ -34,4 +34,27 @@ pub(crate) fn describe() {
     describe_gauge!(PARKED, "Events parked ahead of a gap (label consumer).");
     describe_gauge!(OLDEST_PARKED, Unit::Seconds, "Age of the oldest parked event (label consumer).");
     describe_gauge!(FAILED, "Events that failed for good and wait for an operator (label consumer).");
+}
+
+/// What the runner dead-letters for, besides a delivery that does not decode.
+const HANDLER_REASONS: [&str; 2] = ["handler_failed", "attempts_exhausted"];
+/// Why a delivery does not decode, besides a breach of the wire contract (whose codes are many).
+const DECODE_REASONS: [&str; 5] =
+    ["unknown_content_type", "unparsable_payload", "payload_too_large", "headers_too_large", "sealed_payload"];
+
+/// Creates the counters of `consumer` with each label value known in advance (outcomes, the
+/// runner's dead-letter reasons) when a runner starts, so that a fresh deployment's `/metrics`
+/// shows zeros and its alerts read 0 instead of "no data". The gauges are set by the first
+/// reading of the inbox, at start.
+pub(crate) fn initialise(consumer: &str) {
+    for outcome in ["applied", "duplicate", "stale", "parked", "applied_from_parking"] {
+        counter!(EVENTS, "consumer" => consumer.to_owned(), "outcome" => outcome).increment(0);
+    }
+    for reason in DECODE_REASONS {
+        counter!(BAD_DELIVERIES, "consumer" => consumer.to_owned(), "reason" => reason).increment(0);
+    }
+    for reason in HANDLER_REASONS.into_iter().chain(DECODE_REASONS) {
+        counter!(DEAD_LETTERS, "consumer" => consumer.to_owned(), "reason" => reason).increment(0);
+    }
+    counter!(PRUNED, "consumer" => consumer.to_owned()).increment(0);
 }

@@ -47,12 +47,11 @@ WHERE consumer = $1 AND status IN ('processed', 'skipped') AND processed_at < no
 /// # Errors
 /// A database error.
 pub async fn prune(pool: &PgPool, consumer: &str, older_than: Duration, batch: i64) -> Result<u64> {
-    let deleted: i64 = sqlx::query_scalar(PRUNE)
-        .bind(consumer)
-        .bind(older_than.as_secs_f64())
-        .bind(batch.max(1))
-        .fetch_one(pool)
-        .await?;
+    // Unnamed, in a transaction of its own: run by the runner through the service's pool, which
+    // may go through a pooler in transaction mode (see `admin::in_transaction`).
+    let query =
+        sqlx::query_as(PRUNE).persistent(false).bind(consumer).bind(older_than.as_secs_f64()).bind(batch.max(1));
+    let (deleted,): (i64,) = crate::admin::in_transaction(pool, query).await?;
     let deleted = u64::try_from(deleted).unwrap_or(0);
     if deleted > 0 {
         metrics::counter!(crate::metrics::PRUNED, "consumer" => consumer.to_owned()).increment(deleted);
@@ -65,5 +64,7 @@ pub async fn prune(pool: &PgPool, consumer: &str, older_than: Duration, batch: i
 /// # Errors
 /// A database error.
 pub async fn prunable(pool: &PgPool, consumer: &str, older_than: Duration) -> Result<i64> {
-    Ok(sqlx::query_scalar(COUNT).bind(consumer).bind(older_than.as_secs_f64()).fetch_one(pool).await?)
+    let query = sqlx::query_as(COUNT).persistent(false).bind(consumer).bind(older_than.as_secs_f64());
+    let (count,): (i64,) = crate::admin::in_transaction(pool, query).await?;
+    Ok(count)
 }

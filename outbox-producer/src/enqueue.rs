@@ -42,11 +42,13 @@ pub struct Outbox {
     limits: Limits,
     idempotency_window: Duration,
     cipher: Option<PayloadCipher>,
+    persistent: bool,
 }
 
 impl Default for Outbox {
     fn default() -> Self {
-        Self { limits: Limits::default(), idempotency_window: DEFAULT_IDEMPOTENCY_WINDOW, cipher: None }
+        let (limits, idempotency_window) = (Limits::default(), DEFAULT_IDEMPOTENCY_WINDOW);
+        Self { limits, idempotency_window, cipher: None, persistent: true }
     }
 }
 
@@ -59,11 +61,13 @@ pub struct OutboxBuilder {
     limits: Limits,
     idempotency_window: Duration,
     cipher: Option<PayloadCipher>,
+    persistent: bool,
 }
 
 impl Default for OutboxBuilder {
     fn default() -> Self {
-        Self { limits: Limits::default(), idempotency_window: DEFAULT_IDEMPOTENCY_WINDOW, cipher: None }
+        let (limits, idempotency_window) = (Limits::default(), DEFAULT_IDEMPOTENCY_WINDOW);
+        Self { limits, idempotency_window, cipher: None, persistent: true }
     }
 }
 
@@ -100,10 +104,23 @@ impl OutboxBuilder {
         self
     }
 
+    /// Sets whether the outbox's statements are prepared once per connection under a name (sqlx's
+    /// persistent statements) or sent unnamed, parsed on every use. Set `false` behind a pooler in
+    /// transaction mode (PgBouncer, most managed poolers), which gives each transaction another
+    /// server connection where a named statement is unknown or already taken (`prepared statement
+    /// "sqlx_s_1" already exists`). Defaults to `true`: faster on a direct connection.
+    #[must_use]
+    pub fn persistent_statements(mut self, persistent: bool) -> Self {
+        self.persistent = persistent;
+        self
+    }
+
     /// Builds the outbox.
     pub fn build(self) -> Outbox {
         crate::metrics::describe();
-        Outbox { limits: self.limits, idempotency_window: self.idempotency_window, cipher: self.cipher }
+        let (limits, idempotency_window, cipher, persistent) =
+            (self.limits, self.idempotency_window, self.cipher, self.persistent);
+        Outbox { limits, idempotency_window, cipher, persistent }
     }
 }
 
@@ -227,6 +244,7 @@ impl Outbox {
             (None, Some(_)) => KEYED_UNORDERED,
         };
         let query = sqlx::query(sql)
+            .persistent(self.persistent)
             .bind(id.as_uuid())
             .bind(event.event_type())
             .bind(version(&event))
@@ -247,7 +265,7 @@ impl Outbox {
         let done = query.bind(key_id.as_deref()).execute(&mut *conn).await?;
         if done.rows_affected() == 0 {
             let key = event.event_idempotency_key().unwrap_or_default();
-            let existing = idempotency::existing(conn, event.event_type(), key).await?;
+            let existing = idempotency::existing(conn, event.event_type(), key, self.persistent).await?;
             tracing::debug!(event_id = %existing, event_type = event.event_type(), "outbox.enqueue_already_enqueued");
             return Err(Error::AlreadyEnqueued { event_id: existing, index: None });
         }
@@ -311,9 +329,10 @@ impl Outbox {
             entities.push(event.event_entity());
         }
         // Keys are taken once every payload is sealed: a batch refused before its insert holds no key.
-        idempotency::take_batch_keys(conn, &events, self.idempotency_window).await?;
+        idempotency::take_batch_keys(conn, &events, self.idempotency_window, self.persistent).await?;
         let payloads: Vec<&[u8]> = payloads.iter().map(AsRef::as_ref).collect();
         let done = sqlx::query(INSERT_MANY)
+            .persistent(self.persistent)
             .bind(&ids)
             .bind(&types)
             .bind(&versions)

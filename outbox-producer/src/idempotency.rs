@@ -80,8 +80,14 @@ USING UNNEST($1::text[], $2::text[], $3::uuid[]) AS u(t, key, id)
 WHERE k.event_type = u.t AND k.idempotency_key = u.key AND k.event_id = u.id";
 
 /// The id of the event that holds the live key `key` of `event_type`.
-pub(crate) async fn existing(conn: &mut PgConnection, event_type: &str, key: &str) -> Result<EventId> {
-    let id: Uuid = sqlx::query_scalar(EXISTING).bind(event_type).bind(key).fetch_one(conn).await?;
+pub(crate) async fn existing(
+    conn: &mut PgConnection,
+    event_type: &str,
+    key: &str,
+    persistent: bool,
+) -> Result<EventId> {
+    let id: Uuid =
+        sqlx::query_scalar(EXISTING).persistent(persistent).bind(event_type).bind(key).fetch_one(conn).await?;
     Ok(EventId::from_uuid(id))
 }
 
@@ -99,8 +105,14 @@ pub(crate) fn check_batch(events: &[NewEvent]) -> Result<()> {
 }
 
 /// Takes the keys of a batch's keyed events. If any is live, gives back those taken and answers
-/// with the first refused event.
-pub(crate) async fn take_batch_keys(conn: &mut PgConnection, events: &[NewEvent], window: Duration) -> Result<()> {
+/// with the first refused event. `persistent`: whether the statements are named (see
+/// `OutboxBuilder::persistent_statements`).
+pub(crate) async fn take_batch_keys(
+    conn: &mut PgConnection,
+    events: &[NewEvent],
+    window: Duration,
+    persistent: bool,
+) -> Result<()> {
     let keyed: Vec<(usize, &NewEvent)> =
         events.iter().enumerate().filter(|(_, e)| e.event_idempotency_key().is_some()).collect();
     if keyed.is_empty() {
@@ -110,6 +122,7 @@ pub(crate) async fn take_batch_keys(conn: &mut PgConnection, events: &[NewEvent]
     let keys: Vec<&str> = keyed.iter().map(|(_, e)| e.event_idempotency_key().unwrap_or_default()).collect();
     let ids: Vec<Uuid> = keyed.iter().map(|(_, e)| *e.event_id().as_uuid()).collect();
     let taken: Vec<Uuid> = sqlx::query_scalar(TAKE_MANY)
+        .persistent(persistent)
         .bind(&types)
         .bind(&keys)
         .bind(&ids)
@@ -119,11 +132,11 @@ pub(crate) async fn take_batch_keys(conn: &mut PgConnection, events: &[NewEvent]
     if taken.len() == keyed.len() {
         return Ok(());
     }
-    sqlx::query(GIVE_BACK).bind(&types).bind(&keys).bind(&ids).execute(&mut *conn).await?;
+    sqlx::query(GIVE_BACK).persistent(persistent).bind(&types).bind(&keys).bind(&ids).execute(&mut *conn).await?;
     let taken: HashSet<Uuid> = taken.into_iter().collect();
     let (index, refused) =
         keyed.iter().find(|(_, e)| !taken.contains(e.event_id().as_uuid())).copied().unwrap_or(keyed[0]);
     let key = refused.event_idempotency_key().unwrap_or_default();
-    let event_id = existing(conn, refused.event_type(), key).await?;
+    let event_id = existing(conn, refused.event_type(), key, persistent).await?;
     Err(Error::AlreadyEnqueued { event_id, index: Some(index) })
 }

@@ -11,6 +11,9 @@ pub enum Error {
     /// The database refused or failed a statement.
     #[error("database error: {}", DbMessage(.0))]
     Database(#[from] sqlx::Error),
+    /// The broker's side: a malformed URL, or the broker's refusal of a declaration.
+    #[error("broker: {0}")]
+    Broker(#[from] outbox_amqp::Error),
     /// A relay setting is out of range.
     #[error("invalid configuration: {0}")]
     InvalidConfig(&'static str),
@@ -37,6 +40,7 @@ impl Error {
             Self::CorruptRow { .. } | Self::InvalidConfig(_) => FailureKind::Contract,
             Self::Crashed | Self::Stopped => FailureKind::Transient,
             Self::Database(e) => database_kind(e),
+            Self::Broker(e) => e.kind(),
         }
     }
 }
@@ -45,6 +49,7 @@ impl std::fmt::Debug for Error {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Database(e) => f.debug_tuple("Database").field(&RedactedSqlx(e)).finish(),
+            Self::Broker(e) => f.debug_tuple("Broker").field(e).finish(),
             Self::InvalidConfig(what) => f.debug_tuple("InvalidConfig").field(what).finish(),
             Self::CorruptRow { id, what } => f.debug_struct("CorruptRow").field("id", id).field("what", what).finish(),
             Self::Crashed => f.write_str("Crashed"),

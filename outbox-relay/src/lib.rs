@@ -11,7 +11,7 @@
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! let pool = sqlx::PgPool::connect("postgres://postgres@127.0.0.1/app").await?;
 //! outbox_producer::migrate(&pool).await?;
-//! let publisher = AmqpPublisher::builder("amqp://guest:guest@127.0.0.1:5672/%2f").try_build()?;
+//! let publisher = AmqpPublisher::builder("amqp://guest:guest@127.0.0.1:5672/%2f").build()?;
 //! let database = pool.connect_options().as_ref().clone();
 //! let relay = Relay::builder(database, publisher).exchange("orders").build()?.spawn();
 //! // ... serve requests; every event committed with `Outbox::enqueue` is published ...
@@ -41,10 +41,10 @@ mod store;
 
 pub use error::{Error, Result};
 /// The RabbitMQ publisher the relay is usually built with (from `outbox-amqp`).
-pub use outbox_amqp::{AmqpPublisher, AmqpPublisherBuilder, Nodes};
+pub use outbox_amqp::{AmqpPublisher, AmqpPublisherBuilder, Layout, Nodes, QueueType, Topology};
 #[cfg(feature = "fail-points")]
 pub use relay::CrashPoint;
-pub use relay::{BatchReport, Health, Relay, RelayBuilder, RelayHandle};
+pub use relay::{BatchReport, Health, IntoConnectOptions, Relay, RelayBuilder, RelayHandle, RelayProbe};
 pub use routing::{ByEventType, Partitioned, RoutingStrategy};
 
 /// Not part of the API: the claim's statement and the session settings of the relay's own

@@ -2,7 +2,8 @@
 //! and its description in one place. [`describe`] is called when a relay is built, so that an
 //! exporter installed before shows the descriptions.
 
-use ::metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+use ::metrics::{Unit, counter, describe_counter, describe_gauge, describe_histogram, histogram};
+use outbox_types::FailureKind;
 
 /// Events the broker confirmed and the relay recorded as published (counter).
 pub(crate) const PUBLISHED: &str = "outbox_published_total";
@@ -101,4 +102,25 @@ pub(crate) fn describe() {
     describe_histogram!(CLAIM_SECONDS, Unit::Seconds, "Duration of a claim statement.");
     describe_histogram!(RECORD_SECONDS, Unit::Seconds, "Duration of recording a batch's outcomes.");
     describe_histogram!(VACUUM_SECONDS, Unit::Seconds, "Duration of a vacuum of outbox_events.");
+}
+
+/// Creates every counter and histogram the relay owns, with each label value known in advance
+/// (failure kinds, claim results), when a relay starts: a fresh deployment's `/metrics` then shows
+/// zeros, and its dashboards and alerts read 0 instead of "no data". The gauges are set by the
+/// first reading of the backlog, at start.
+pub(crate) fn initialise() {
+    for name in [PUBLISHED, QUARANTINED, LOST_CLAIMS, PUBLISH_ATTEMPTS, TAKEOVERS, VACUUMS, VACUUMS_SKIPPED] {
+        counter!(name).increment(0);
+    }
+    for found in ["rows", "none"] {
+        counter!(CLAIMS, "found" => found).increment(0);
+    }
+    for kind in FailureKind::ALL {
+        counter!(PUBLISH_FAILURES, "kind" => kind.as_str()).increment(0);
+        counter!(PUBLISH_RETRIES, "kind" => kind.as_str()).increment(0);
+    }
+    for name in [COMMIT_TO_CONFIRM, PUBLISH_TO_CONFIRM, AGE_AT_CLAIM, CLAIM_SECONDS, RECORD_SECONDS, VACUUM_SECONDS] {
+        // Registering the handle is what creates the series; nothing is recorded.
+        drop(histogram!(name));
+    }
 }

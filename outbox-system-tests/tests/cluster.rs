@@ -58,7 +58,7 @@ async fn topology(url: &str) -> (Topology, String) {
 
 fn relay(db: &TestDb, urls: &[String]) -> RelayHandle {
     let publisher =
-        AmqpPublisher::builder(&urls[0]).nodes(&urls[1..]).connection_name(RELAY).try_build().expect("publisher");
+        AmqpPublisher::builder(&urls[0]).nodes(&urls[1..]).connection_name(RELAY).build().expect("publisher");
     Relay::builder(db.connect_options().clone(), publisher)
         .exchange(EXCHANGE)
         .declare_exchange(false)

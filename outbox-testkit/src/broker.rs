@@ -137,6 +137,24 @@ impl TestBroker {
         }
     }
 
+    /// A [`Topology`](outbox_amqp::Topology) of one queue bound with `#` whose names are made from
+    /// `exchange` and `queue` like this broker's own, recorded for deletion with its dead letters:
+    /// what the code under test declares (the relay's and the runner's `topology`).
+    pub fn topology(&self, exchange: &str, queue: &str) -> outbox_amqp::Topology {
+        let topology = outbox_amqp::Topology::queue(self.name(exchange), self.name(queue));
+        self.remember_topology(&topology);
+        topology
+    }
+
+    /// Records every exchange and queue of `topology` for deletion.
+    pub fn remember_topology(&self, topology: &outbox_amqp::Topology) {
+        for queue in topology.queues.iter().chain([&topology.dead_letter_queue]) {
+            self.remember_queue(queue);
+        }
+        self.remember_exchange(&topology.exchange);
+        self.remember_exchange(&topology.dead_letter_exchange);
+    }
+
     /// Records an exchange declared elsewhere for deletion.
     pub fn remember_exchange(&self, name: &str) {
         if let Ok(mut e) = self.exchanges.lock() {
@@ -231,7 +249,7 @@ impl TestBroker {
     /// [`crate::Error::NotConfirmed`] naming the first event the broker did not confirm.
     pub async fn publish_routed(&self, exchange: &str, events: &[(String, outbox_types::Event)]) -> Result<()> {
         use outbox_types::{OutgoingMessage, PublishOutcome, Publisher};
-        let publisher = outbox_relayer::AmqpPublisher::builder(self.url.clone()).build();
+        let publisher = outbox_relayer::AmqpPublisher::builder(self.url.clone()).build_unchecked();
         for chunk in events.chunks(1000) {
             let batch = chunk
                 .iter()

@@ -34,7 +34,7 @@ pub enum Fault {
 /// ```no_run
 /// use outbox_testkit::{Fault, FaultyPublisher};
 ///
-/// let inner = outbox_relayer::AmqpPublisher::builder(outbox_testkit::amqp_url()).build();
+/// let inner = outbox_relayer::AmqpPublisher::builder(outbox_testkit::amqp_url()).build().expect("a valid URL");
 /// let faulty = FaultyPublisher::new(inner);
 /// faulty.inject(3, Fault::Nack); // the next three messages are nacked
 /// faulty.inject(1, Fault::LoseConfirm); // the one after is sent, but its confirm is lost

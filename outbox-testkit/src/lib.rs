@@ -84,6 +84,8 @@ pub use wait::{Check, at_least, equal, wait_for};
 mod guides {
     #[doc = include_str!("../../docs/configuration.md")]
     mod configuration {}
+    #[doc = include_str!("../../docs/deployment.md")]
+    mod deployment {}
     #[doc = include_str!("../../docs/failure-scenarios.md")]
     mod failure_scenarios {}
     #[doc = include_str!("../../docs/ordering.md")]

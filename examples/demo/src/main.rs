@@ -27,7 +27,7 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use outbox_producer::Outbox;
-use outbox_relayer::{AmqpPublisher, Partitioned, Relay, RelayHandle};
+use outbox_relayer::{AmqpPublisher, Relay, RelayHandle, Topology};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, PgPool};
 use tokio::sync::watch;
@@ -271,9 +271,9 @@ async fn run() -> Result<ExitCode, BoxError> {
     shipping_service::migrate(&shipping_db).await?;
     fresh_broker(&s.amqp_url, &queues).await?;
 
-    let (consumer, _) =
+    let (consumer, topology) =
         shipping_service::start(&shipping_db, &s.amqp_url, &exchange, &queues, PARTITIONS, None).await?;
-    let relay = start_relay(&orders_db, &s.amqp_url, &exchange)?;
+    let relay = start_relay(&orders_db, &s.amqp_url, &topology)?;
 
     println!("writing {} changes over {} orders with {WRITERS} writers", s.changes, s.orders);
     let started = Instant::now();
@@ -298,13 +298,11 @@ async fn run() -> Result<ExitCode, BoxError> {
     Ok(if clean { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-fn start_relay(pool: &PgPool, amqp_url: &str, exchange: &str) -> Result<RelayHandle, outbox_relayer::Error> {
-    let publisher = AmqpPublisher::builder(amqp_url).connection_name("demo-relay").build();
-    let relay = Relay::builder(pool.connect_options().as_ref().clone(), publisher)
-        .exchange(exchange)
-        .routing(Partitioned::new(PARTITIONS))
-        .app_id("orders-service")
-        .build()?;
+/// The relay of the orders service, publishing to the shipping service's topology (the same value
+/// both sides declare).
+fn start_relay(pool: &PgPool, amqp_url: &str, topology: &Topology) -> Result<RelayHandle, outbox_relayer::Error> {
+    let publisher = AmqpPublisher::builder(amqp_url).connection_name("demo-relay").build()?;
+    let relay = Relay::builder(pool, publisher).topology(topology).app_id("orders-service").build()?;
     Ok(relay.spawn())
 }
 

@@ -12,6 +12,9 @@
 //! - `AMQP_URL`: default `amqp://guest:guest@127.0.0.1:5672/%2f`.
 //! - `EXCHANGE`: default `orders.events`, the topic exchange the events are published to (declared
 //!   if missing).
+//! - `QUEUE_BASE`: default `shipping.orders`; the shipping service's partition queues are
+//!   `<QUEUE_BASE>.<n>`, declared here too. Empty: no queue is declared here (an event that finds
+//!   no queue comes back unroutable and is quarantined).
 //! - `PARTITIONS`: default `4`; the routing key is `partition.<n>`, `n` a stable hash of the order.
 //! - `RELAY_SECS`: unset by default (relay until SIGTERM or Ctrl-C); a number of seconds to relay
 //!   after the changes are written, then stop by itself.
@@ -19,11 +22,10 @@
 //!   Whatever it says, `outbox_types::REDACTING_LOG_TARGETS` filters after it, so lapin never
 //!   logs message content (its returned messages off, lapin itself at most at `info`).
 //!
-//! Start the shipping service first (`cargo run -p shipping-service`, same `EXCHANGE` and
-//! `PARTITIONS`): it declares the queues. An event published while no queue is bound comes back
-//! unroutable and is quarantined, and the later events of its order wait behind it: retry such
-//! events once the queues exist (`docs/quarantine.md`), or drop the database to start afresh.
-//! Several processes may run at once on one database. On SIGTERM or Ctrl-C it stops writing
+//! Start it before or after the shipping service (`cargo run -p shipping-service`, same
+//! `EXCHANGE`, `QUEUE_BASE` and `PARTITIONS`): both declare the same topology (exchange, partition
+//! queues, dead letters) on every connection, so the events wait in the queues until the shipping
+//! service takes them. Several processes may run at once on one database. On SIGTERM or Ctrl-C it stops writing
 //! (finishing the change in progress), lets the relay finish the confirms in flight, and exits.
 
 use std::process::ExitCode;
@@ -31,7 +33,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use outbox_producer::Outbox;
-use outbox_relayer::{AmqpPublisher, Partitioned, Relay, RelayHandle};
+use outbox_relayer::{AmqpPublisher, Partitioned, Relay, RelayHandle, Topology};
 use rand::Rng;
 use sqlx::PgPool;
 use tokio::sync::watch;
@@ -48,6 +50,7 @@ struct Settings {
     database_url: String,
     amqp_url: String,
     exchange: String,
+    queue_base: String,
     partitions: u32,
     relay_for: Option<Duration>,
 }
@@ -81,6 +84,7 @@ impl Settings {
             database_url: env_or("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/outbox_example_orders"),
             amqp_url: env_or("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f"),
             exchange: env_or("EXCHANGE", "orders.events"),
+            queue_base: env_or("QUEUE_BASE", "shipping.orders"),
             partitions: at_least_one(number(None, "PARTITIONS", 4)?, "PARTITIONS")?,
             relay_for: relay_secs.map(Duration::from_secs),
         })
@@ -117,13 +121,14 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 }
 
 fn start_relay(pool: &PgPool, s: &Settings) -> Result<RelayHandle, outbox_relayer::Error> {
-    let publisher = AmqpPublisher::builder(&s.amqp_url).connection_name("orders-service").build();
-    let relay = Relay::builder(pool.connect_options().as_ref().clone(), publisher)
-        .exchange(&s.exchange)
-        .routing(Partitioned::new(s.partitions))
-        .app_id("orders-service")
-        .build()?;
-    Ok(relay.spawn())
+    let publisher = AmqpPublisher::builder(&s.amqp_url).connection_name("orders-service").build()?;
+    let relay = Relay::builder(pool, publisher).app_id("orders-service");
+    let relay = if s.queue_base.is_empty() {
+        relay.exchange(&s.exchange).routing(Partitioned::new(s.partitions))
+    } else {
+        relay.topology(&Topology::partitioned(s.exchange.clone(), &s.queue_base, s.partitions))
+    };
+    Ok(relay.build()?.spawn())
 }
 
 /// Writes the changes, each in a transaction of its own, until done or `stop`; a change in

@@ -89,7 +89,8 @@ async fn apply(mut req: InboxRequest) -> Result<InboxRequest, HandlerError> {
     Ok(req)
 }
 
-/// Declares the partition queues `<queue_base>.<n>` (bound to `exchange`) and starts consuming them,
+/// Declares the exchange and the partition queues `<queue_base>.<n>` bound to it (the topology the
+/// orders service's relay declares too) and starts consuming them,
 /// reading the inbox's backlog into its gauges every `gauge_interval` (`None`: never).
 ///
 /// # Errors
@@ -102,11 +103,12 @@ pub async fn start(
     partitions: u32,
     gauge_interval: Option<Duration>,
 ) -> Result<(RunnerHandle, Topology), outbox_consumer::Error> {
+    // Declared now, so the queues exist when this returns; the runner declares it again on every
+    // connection, and so does the orders service's relay.
+    let topology = Topology::partitioned(exchange, queue_base, partitions);
     let conn = outbox_amqp::connect(amqp_url, "shipping-service-setup", Duration::from_secs(5)).await?;
     let channel = conn.create_channel().await.map_err(outbox_amqp::Error::from)?;
-    outbox_amqp::declare_exchange(&channel, exchange, outbox_types::ExchangeKind::Topic).await?;
-    let topology =
-        outbox_consumer::declare_partitions(&channel, exchange, queue_base, "partition.", partitions).await?;
+    topology.declare(&channel).await?;
     outbox_amqp::close(&conn, &[&channel], "declared").await;
     let service = InboxLayer::new(pool.clone(), CONSUMER).layer(tower::service_fn(apply));
     let runner = InboxRunner::builder(amqp_url, service)

@@ -18,7 +18,8 @@
 //!   Whatever it says, `outbox_types::REDACTING_LOG_TARGETS` filters after it, so lapin never
 //!   logs message content (its returned messages off, lapin itself at most at `info`).
 //!
-//! Start it before the orders service, so that its queues exist when the events are published.
+//! Start it before or after the orders service: both declare the same topology (exchange,
+//! partition queues, dead letters), so the events wait in the queues for it.
 //! Run several processes at once, as many as you like: they set up the database one after the
 //! other, and each queue has one active consumer, the others standing by. Logs
 //! `shipping-service ready` once it consumes. Stops on SIGTERM or Ctrl-C after finishing the

@@ -7,12 +7,22 @@ use tokio::sync::Mutex;
 
 use super::publish::AmqpPublisher;
 use super::shared::{Inner, State};
-use crate::{Error, Nodes};
+use crate::{Error, Nodes, Topology};
 
 impl AmqpPublisher {
     /// Starts a builder for the broker at `url` (`amqp://` or `amqps://`).
     pub fn builder(url: impl Into<String>) -> AmqpPublisherBuilder {
         AmqpPublisherBuilder::new(url.into())
+    }
+
+    /// Declares `topology` on every channel opened from now on, and whenever the relay declares
+    /// its exchange (see [`AmqpPublisherBuilder::topology`]).
+    pub fn declare_on_connect(&self, topology: &Topology) {
+        let mut topologies = self.inner.topologies.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !topologies.contains(topology) {
+            topologies.push(topology.clone());
+            self.inner.topologies_pending.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 }
 
@@ -23,6 +33,7 @@ pub struct AmqpPublisherBuilder {
     connection_name: String,
     connect_timeout: Duration,
     max_message_bytes: usize,
+    topologies: Vec<Topology>,
 }
 
 impl AmqpPublisherBuilder {
@@ -39,6 +50,7 @@ impl AmqpPublisherBuilder {
             connection_name: Self::DEFAULT_CONNECTION_NAME.to_owned(),
             connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
             max_message_bytes: Self::DEFAULT_MAX_MESSAGE_BYTES,
+            topologies: Vec::new(),
         }
     }
 
@@ -81,27 +93,38 @@ impl AmqpPublisherBuilder {
         self
     }
 
-    /// Builds the publisher after checking the URL, so that a malformed one fails at once instead
-    /// of on every connection attempt. It connects on first use (or on
+    /// Declares `topology` (its exchange, queues, bindings and dead letters) on every channel the
+    /// publisher opens, so a consumer's queue exists before the first event is published to it,
+    /// whichever side starts first. `RelayBuilder::topology` in `outbox-relayer` calls this for you.
+    #[must_use]
+    pub fn topology(mut self, topology: &Topology) -> Self {
+        self.topologies.push(topology.clone());
+        self
+    }
+
+    /// Builds the publisher after checking the URL, so that a malformed one fails here instead of
+    /// on every connection attempt. It connects on first use (or on
     /// [`Publisher::connect`](outbox_types::Publisher::connect)).
     ///
     /// # Errors
     /// [`Error::InvalidUrl`] with a reason that does not quote the URL (and names the node's
     /// place when there are several).
-    pub fn try_build(self) -> Result<AmqpPublisher, Error> {
+    pub fn build(self) -> Result<AmqpPublisher, Error> {
         self.nodes.check()?;
-        Ok(self.build())
+        Ok(self.build_unchecked())
     }
 
-    /// Builds the publisher. It connects on first use; a malformed URL shows as a failure to
-    /// connect (see [`AmqpPublisherBuilder::try_build`] to refuse it at once).
-    pub fn build(self) -> AmqpPublisher {
+    /// Builds the publisher without checking the URL: a malformed one shows only as a failure to
+    /// connect, on every attempt. [`AmqpPublisherBuilder::build`] refuses it at once.
+    pub fn build_unchecked(self) -> AmqpPublisher {
         AmqpPublisher {
             inner: Arc::new(Inner {
                 nodes: self.nodes,
                 connection_name: self.connection_name,
                 connect_timeout: self.connect_timeout,
                 max_message_bytes: self.max_message_bytes,
+                topologies: std::sync::Mutex::new(self.topologies),
+                topologies_pending: std::sync::atomic::AtomicBool::new(false),
                 state: Mutex::new(State::default()),
             }),
         }

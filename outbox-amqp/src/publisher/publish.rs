@@ -14,7 +14,7 @@ use super::confirm::{blame, failed_all, ready};
 use super::ledger::{Decided, Ledger};
 use super::shared::{Inner, Link, State};
 use crate::classify::classify;
-use crate::{Error, topology};
+use crate::{Error, Topology, topology};
 
 /// Publishes to RabbitMQ with lapin: persistent messages, publisher confirms with the whole batch
 /// in flight, and `mandatory` set, so an unroutable message comes back as a failure
@@ -39,7 +39,7 @@ use crate::{Error, topology};
 ///
 /// let publisher = AmqpPublisher::builder("amqp://guest:guest@127.0.0.1:5672/%2f")
 ///     .connection_name("orders-relay")
-///     .try_build()?;
+///     .build()?;
 /// # Ok::<(), outbox_amqp::Error>(())
 /// ```
 #[derive(Clone)]
@@ -57,6 +57,28 @@ impl std::fmt::Debug for AmqpPublisher {
 /// doubling, at most 5 s.
 fn reconnect_backoff(failures: u32) -> Duration {
     outbox_types::Backoff::new(Duration::from_millis(100), Duration::from_secs(5)).delay(failures)
+}
+
+/// Declares `topologies` on a channel of their own. A refusal (a queue declared elsewhere with other
+/// arguments, an exchange of another kind) closes only that channel: it is logged, and publishing
+/// goes on (where a queue is missing, its events come back unroutable and are quarantined).
+async fn declare_topologies(conn: &lapin::Connection, topologies: &[Topology]) {
+    if topologies.is_empty() {
+        return;
+    }
+    let channel = match conn.create_channel().await {
+        Ok(channel) => channel,
+        Err(e) => {
+            return tracing::warn!(error = %classify(&e).reason, "could not open a channel to declare the topology");
+        }
+    };
+    for topology in topologies {
+        if let Err(e) = topology.declare(&channel).await {
+            tracing::warn!(exchange = %topology.exchange, error = %e, "the broker refused the topology; publishing goes on");
+            return;
+        }
+    }
+    let _ = channel.close(200, "declared".into()).await;
 }
 
 fn failure_of(error: Error) -> PublishFailure {
@@ -128,6 +150,8 @@ impl AmqpPublisher {
         for (name, kind) in &state.exchanges {
             topology::declare_exchange(&channel, name, *kind).await.map_err(failure_of)?;
         }
+        self.inner.topologies_pending.store(false, std::sync::atomic::Ordering::Relaxed);
+        declare_topologies(conn, &self.inner.topologies()).await;
         Ok(channel)
     }
 
@@ -206,7 +230,15 @@ impl Publisher for AmqpPublisher {
             }
         }
         let link = self.channel().await?;
-        topology::declare_exchange(&link.channel, exchange, kind).await.map_err(failure_of)
+        topology::declare_exchange(&link.channel, exchange, kind).await.map_err(failure_of)?;
+        // A topology added after the connection opened is declared now.
+        if self.inner.topologies_pending.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            let state = self.inner.state.lock().await;
+            if let Some(conn) = &state.connection {
+                declare_topologies(conn, &self.inner.topologies()).await;
+            }
+        }
+        Ok(())
     }
 
     async fn connect(&self) -> Result<(), PublishFailure> {

@@ -9,8 +9,8 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use super::ledger::Ledger;
-use crate::Nodes;
 use crate::classify::{classify, connection_lost};
+use crate::{Nodes, Topology};
 
 /// What the clones of one [`AmqpPublisher`](crate::AmqpPublisher) and their pending confirms share.
 pub(super) struct Inner {
@@ -18,6 +18,11 @@ pub(super) struct Inner {
     pub(super) connection_name: String,
     pub(super) connect_timeout: Duration,
     pub(super) max_message_bytes: usize,
+    /// Declared on every new connection's channels, on a channel of their own.
+    pub(super) topologies: std::sync::Mutex<Vec<Topology>>,
+    /// A topology was added since the last declaration: the relay's declaration of its exchange
+    /// declares it on the connection already open.
+    pub(super) topologies_pending: std::sync::atomic::AtomicBool,
     pub(super) state: Mutex<State>,
 }
 
@@ -56,6 +61,11 @@ impl Inner {
         } else {
             failure
         }
+    }
+
+    /// The topologies to declare, as they stand now.
+    pub(super) fn topologies(&self) -> Vec<Topology> {
+        self.topologies.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
     async fn connected(&self) -> bool {

@@ -51,7 +51,7 @@ impl InProcess {
     ) -> Result<Self, BoxError> {
         let pool =
             PgPoolOptions::new().max_connections(RELAY_CONNECTIONS).connect_with(db.connect_options().clone()).await?;
-        let publisher = AmqpPublisher::builder(target.url).connection_name("outbox-bench-relay").build();
+        let publisher = AmqpPublisher::builder(target.url).connection_name("outbox-bench-relay").build_unchecked();
         let declared = within(
             "the relay's publisher to connect",
             FLOOR,

@@ -35,7 +35,7 @@ pub(crate) async fn process(args: ProcessArgs) -> Result<(), BoxError> {
     init_child_logging();
     let options = args.urls.database_url.parse::<PgConnectOptions>()?.application_name(APPLICATION_NAME);
     let pool = PgPoolOptions::new().max_connections(RELAY_CONNECTIONS).connect_with(options).await?;
-    let publisher = AmqpPublisher::builder(args.urls.amqp_url).connection_name("outbox-bench-relay").build();
+    let publisher = AmqpPublisher::builder(args.urls.amqp_url).connection_name("outbox-bench-relay").build_unchecked();
     let mut relay = experiment(
         Relay::builder(pool.connect_options().as_ref().clone(), publisher.clone())
             .exchange(args.exchange)

@@ -40,7 +40,7 @@ pub(crate) enum EventsCommand {
 pub(crate) enum QuarantineCommand {
     /// The quarantined events, oldest quarantine first, with kind and reason.
     List {
-        /// Only this failure kind (transient, contract, auth, rejected, contended).
+        /// Only this failure kind (transient, contract, auth or rejected).
         #[arg(long, value_parser = failure_kind)]
         kind: Option<outbox_types::FailureKind>,
         /// At most this many (1 to 10,000).
@@ -92,7 +92,7 @@ fn event_id(text: &str) -> Result<uuid::Uuid, String> {
 }
 
 fn failure_kind(text: &str) -> Result<outbox_types::FailureKind, String> {
-    text.trim().parse().map_err(|_| "expected transient, contract, auth, rejected or contended".to_owned())
+    text.trim().parse().map_err(|_| "expected transient, contract, auth or rejected".to_owned())
 }
 
 #[derive(Debug, Subcommand)]

@@ -22,4 +22,5 @@ mod secrets;
 mod startup;
 mod status;
 mod support;
+mod systemd_unit;
 mod tls;

@@ -53,6 +53,39 @@ async fn the_relay_serves_its_metrics_and_its_health_over_http() {
     h.close().await.expect("cleanup");
 }
 
+/// A relay that has published nothing shows its series at zero, so a fresh deployment's
+/// dashboards and alerts read 0 rather than "no data".
+#[tokio::test]
+async fn a_fresh_relay_shows_its_series_at_zero_before_any_event() {
+    let h = Harness::builder().defer_relay().start().await.expect("harness");
+    let port = closed_port();
+    let running = Running::spawn(relay(&h, port));
+    wait_status(port, "/readyz", 200, Duration::from_secs(60)).await;
+    let page = wait_for("the quarantined-by-kind gauges on /metrics", Duration::from_secs(30), || async {
+        let (_, page) = http_get(port, "/metrics").await?;
+        page.contains("outbox_events_quarantined{kind=\"rejected\"} 0").then_some(page)
+    })
+    .await
+    .expect("metrics");
+    for series in [
+        "outbox_published_total 0",
+        "outbox_quarantined_total 0",
+        "outbox_publish_attempts_total 0",
+        "outbox_lease_takeovers_total 0",
+        "outbox_publish_failures_total{kind=\"rejected\"} 0",
+        "outbox_publish_retries_total{kind=\"transient\"} 0",
+        "outbox_events_quarantined{kind=\"contract\"} 0",
+        "outbox_commit_to_confirm_seconds_count 0",
+        "outbox_publish_to_confirm_seconds_count 0",
+    ] {
+        assert!(page.lines().any(|l| l == series), "`{series}` before any event:\n{page}");
+    }
+    running.signal("-TERM");
+    let (status, lines) = running.finish(Duration::from_secs(60)).await;
+    assert_eq!(status.code(), Some(0), "clean exit on SIGTERM:\n{}", lines.join("\n"));
+    h.close().await.expect("cleanup");
+}
+
 #[tokio::test]
 async fn an_address_that_cannot_be_bound_stops_the_relay_at_start_up() {
     let h = Harness::builder().defer_relay().start().await.expect("harness");

@@ -66,14 +66,16 @@ async fn setup() -> (TestDb, TestBroker, String, Recorder) {
 /// timeout republishes a batch whose confirms are only slow on a busy host, duplicates that are
 /// not the first relay's and that the tests' bound does not count.
 async fn drain_rest(db: &TestDb, exchange: &str, recorder: &Recorder, ids: &[uuid::Uuid]) {
-    let relay =
-        Relay::builder(db.connect_options().clone(), AmqpPublisher::builder(outbox_testkit::amqp_url()).build())
-            .exchange(exchange)
-            .declare_exchange(false)
-            .poll_interval(Duration::from_millis(200))
-            .build()
-            .expect("relay")
-            .spawn();
+    let relay = Relay::builder(
+        db.connect_options().clone(),
+        AmqpPublisher::builder(outbox_testkit::amqp_url()).build_unchecked(),
+    )
+    .exchange(exchange)
+    .declare_exchange(false)
+    .poll_interval(Duration::from_millis(200))
+    .build()
+    .expect("relay")
+    .spawn();
     if let Err(e) = wait_for("every event delivered", Duration::from_secs(120), || async {
         recorder.all_delivered(ids.iter().copied()).map_err(|missing| format!("{} missing", missing.len()))
     })

@@ -137,13 +137,30 @@ SELECT count(DISTINCT entity_key) FILTER (WHERE status = 'parked'),
        count(*) FILTER (WHERE status = 'failed')
 FROM inbox_events WHERE consumer = $1 AND status IN ('parked', 'failed')";
 
+/// Runs `query` unnamed in a transaction of its own: the runner reads through the service's pool,
+/// which may go through a pooler in transaction mode. There an unnamed statement outside a
+/// transaction can be parsed on one server connection and run on another; inside one it cannot. A
+/// parse and two more round trips every few seconds cost nothing.
+pub(crate) async fn in_transaction<'q, O>(
+    pool: &PgPool,
+    query: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
+) -> Result<O>
+where
+    O: Send + Unpin + for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>,
+{
+    let mut tx = pool.begin().await?;
+    let row = query.fetch_one(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(row)
+}
+
 /// The backlog of `consumer`'s inbox.
 ///
 /// # Errors
 /// A database error.
 pub async fn backlog(pool: &PgPool, consumer: &str) -> Result<InboxBacklog> {
     let (entities_with_gap, parked, oldest_parked_age_seconds, failed) =
-        sqlx::query_as(BACKLOG).bind(consumer).fetch_one(pool).await?;
+        in_transaction(pool, sqlx::query_as(BACKLOG).persistent(false).bind(consumer)).await?;
     Ok(InboxBacklog {
         entities_with_gap,
         parked,

@@ -38,10 +38,10 @@ async fn lock_failed(
             .fetch_optional(&mut *tx)
             .await?;
     let last = match key.flatten() {
-        Some(key) => store::lock_entity(tx, consumer, &key, 0).await?,
+        Some(key) => store::lock_entity(tx, store::Scope::direct(consumer), &key, 0).await?,
         None => 0,
     };
-    match store::stored(tx, consumer, id, store::Opening::Keep).await? {
+    match store::stored(tx, store::Scope::direct(consumer), id, store::Opening::Keep).await? {
         Some((status, event)) if status == "failed" => Ok(Some((event, last))),
         _ => Ok(None),
     }
@@ -84,7 +84,7 @@ pub async fn skip_failed(pool: &PgPool, consumer: &str, id: EventId, reason: Opt
     if let Some(entity) = &event.entity {
         let seq = i64::try_from(entity.seq).unwrap_or(i64::MAX);
         if seq == last + 1 {
-            store::advance(&mut tx, consumer, &entity.key, seq).await?;
+            store::advance(&mut tx, store::Scope::direct(consumer), &entity.key, seq).await?;
         }
     }
     sqlx::query(
@@ -111,7 +111,7 @@ pub async fn skip_failed(pool: &PgPool, consumer: &str, id: EventId, reason: Opt
 /// A database error.
 pub async fn skip_gap(pool: &PgPool, consumer: &str, entity_key: &str) -> Result<Option<(i64, i64)>> {
     let mut tx = pool.begin().await?;
-    let last = store::lock_entity(&mut tx, consumer, entity_key, 0).await?;
+    let last = store::lock_entity(&mut tx, store::Scope::direct(consumer), entity_key, 0).await?;
     let first: Option<i64> = sqlx::query_scalar(
         "SELECT min(seq) FROM inbox_events WHERE consumer = $1 AND entity_key = $2 AND status = 'parked'",
     )
@@ -123,7 +123,7 @@ pub async fn skip_gap(pool: &PgPool, consumer: &str, entity_key: &str) -> Result
         tx.rollback().await?;
         return Ok(None);
     };
-    store::advance(&mut tx, consumer, entity_key, first - 1).await?;
+    store::advance(&mut tx, store::Scope::direct(consumer), entity_key, first - 1).await?;
     tx.commit().await?;
     tracing::warn!(consumer, entity = %entity_key, from = last + 1, to = first - 1, "inbox.gap_skipped");
     Ok(Some((last + 1, first - 1)))

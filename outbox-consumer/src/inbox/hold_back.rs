@@ -12,7 +12,7 @@ use crate::Result;
 /// outcome if it was held back, `None` if it is next (or unordered).
 pub(super) async fn hold_back(
     tx: &mut sqlx::PgConnection,
-    consumer: &str,
+    scope: store::Scope<'_>,
     cipher: Option<&PayloadCipher>,
     event: &Event,
     last: i64,
@@ -20,11 +20,11 @@ pub(super) async fn hold_back(
     let Some(entity) = &event.entity else { return Ok(None) };
     let seq = i64::try_from(entity.seq).unwrap_or(i64::MAX);
     if seq <= last {
-        store::mark_stale(tx, consumer, event.id, last).await?;
+        store::mark_stale(tx, scope, event.id, last).await?;
         return Ok(Some(Outcome::Stale));
     }
     if seq > last + 1 {
-        store::store_content(tx, consumer, event, "parked", None, cipher).await?;
+        store::store_content(tx, scope, event, "parked", None, cipher).await?;
         tracing::debug!(event_id = %event.id, entity = %entity.key, seq, last, "inbox.parked");
         return Ok(Some(Outcome::Parked));
     }

@@ -29,13 +29,15 @@ pub struct InboxLayer {
     consumer: Arc<str>,
     start: StartPolicy,
     cipher: Option<outbox_types::PayloadCipher>,
+    persistent: bool,
 }
 
 impl InboxLayer {
     /// An inbox in `pool` for the consumer named `consumer` (its rows are scoped by this name).
     pub fn new(pool: PgPool, consumer: impl Into<String>) -> Self {
         crate::metrics::describe();
-        Self { pool, consumer: Arc::from(consumer.into()), start: StartPolicy::default(), cipher: None }
+        let consumer = Arc::from(consumer.into());
+        Self { pool, consumer, start: StartPolicy::default(), cipher: None, persistent: true }
     }
 
     /// Sets where an entity's numbering starts for this consumer. Defaults to
@@ -54,6 +56,17 @@ impl InboxLayer {
         self.cipher = Some(cipher);
         self
     }
+
+    /// Sets whether the inbox's statements are prepared once per connection under a name (sqlx's
+    /// persistent statements) or sent unnamed, parsed on every use. Set `false` when `pool` goes
+    /// through a pooler in transaction mode (PgBouncer, most managed poolers): it gives each
+    /// transaction another server connection, where a named statement is unknown or already
+    /// taken. Defaults to `true`: faster on a direct connection.
+    #[must_use]
+    pub fn persistent_statements(mut self, persistent: bool) -> Self {
+        self.persistent = persistent;
+        self
+    }
 }
 
 impl<S> Layer<S> for InboxLayer {
@@ -66,6 +79,7 @@ impl<S> Layer<S> for InboxLayer {
             consumer: self.consumer.clone(),
             start: self.start,
             cipher: self.cipher.clone(),
+            persistent: self.persistent,
         }
     }
 }

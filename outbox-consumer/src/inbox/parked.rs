@@ -39,17 +39,17 @@ where
     /// Applies the entity's next event if it is parked; returns `None` if it is not, or whether the
     /// one after it is parked too.
     pub(super) async fn apply_next_parked(&self, inner: &mut S, key: &str) -> Result<Option<bool>> {
-        let consumer = &*self.consumer;
+        let (consumer, scope) = (&*self.consumer, self.scope());
         let mut tx = self.pool.begin().await?;
-        let last = store::lock_entity(&mut tx, consumer, key, 0).await?;
-        let Some(event) = store::parked_at(&mut tx, consumer, key, last + 1, self.cipher.as_ref()).await? else {
+        let last = store::lock_entity(&mut tx, scope, key, 0).await?;
+        let Some(event) = store::parked_at(&mut tx, scope, key, last + 1, self.cipher.as_ref()).await? else {
             tx.rollback().await?;
             return Ok(None);
         };
-        store::mark_processed(&mut tx, consumer, event.id).await?;
+        store::mark_processed(&mut tx, scope, event.id).await?;
         let request = self.run_or_record(inner, event, tx).await?;
         let (event, mut tx) = request.into_parts();
-        let next_parked = store::advance(&mut tx, consumer, key, last + 1).await?;
+        let next_parked = store::advance(&mut tx, scope, key, last + 1).await?;
         tx.commit().await?;
         metrics::counter!(crate::metrics::EVENTS, "consumer" => consumer.to_owned(), "outcome" => "applied_from_parking")
             .increment(1);
@@ -64,9 +64,11 @@ where
     /// # Errors
     /// A database error.
     pub async fn sweep_parked(&self) -> Result<usize> {
-        let mut conn = self.pool.acquire().await?;
-        let keys = store::ready_entities(&mut conn, &self.consumer, 100).await?;
-        drop(conn);
+        // In a transaction, as every statement of the inbox: behind a pooler in transaction mode
+        // an unnamed statement is safe only there.
+        let mut tx = self.pool.begin().await?;
+        let keys = store::ready_entities(&mut tx, self.scope(), 100).await?;
+        tx.commit().await?;
         let mut inner = self.inner.clone();
         let mut applied = 0;
         for key in keys {

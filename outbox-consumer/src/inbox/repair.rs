@@ -27,10 +27,10 @@ where
     pub async fn record_failed(&self, event: &Event, error: &Error) -> Result<()> {
         let mut tx = self.pool.begin().await?;
         if let Some(entity) = &event.entity {
-            store::lock_entity(&mut tx, &self.consumer, &entity.key, 0).await?;
+            store::lock_entity(&mut tx, self.scope(), &entity.key, 0).await?;
         }
         let error = error.to_string();
-        store::store_content(&mut tx, &self.consumer, event, "failed", Some(&error), self.cipher.as_ref()).await?;
+        store::store_content(&mut tx, self.scope(), event, "failed", Some(&error), self.cipher.as_ref()).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -43,10 +43,11 @@ where
     /// A database error.
     pub async fn skip_gap(&self, entity_key: &str) -> Result<usize> {
         let mut tx = self.pool.begin().await?;
-        let last = store::lock_entity(&mut tx, &self.consumer, entity_key, 0).await?;
+        let last = store::lock_entity(&mut tx, self.scope(), entity_key, 0).await?;
         let first: Option<i64> = sqlx::query_scalar(
             "SELECT min(seq) FROM inbox_events WHERE consumer = $1 AND entity_key = $2 AND status = 'parked'",
         )
+        .persistent(self.persistent)
         .bind(&*self.consumer)
         .bind(entity_key)
         .fetch_one(&mut *tx)
@@ -55,7 +56,7 @@ where
             tx.rollback().await?;
             return Ok(0);
         };
-        store::advance(&mut tx, &self.consumer, entity_key, first - 1).await?;
+        store::advance(&mut tx, self.scope(), entity_key, first - 1).await?;
         tx.commit().await?;
         tracing::warn!(consumer = %self.consumer, entity = %entity_key, from = last + 1, to = first - 1, "inbox.gap_skipped");
         let mut inner = self.inner.clone();
@@ -70,7 +71,7 @@ where
     /// A database error.
     pub async fn skip_failed(&self, id: outbox_types::EventId) -> Result<Option<usize>> {
         let mut tx = self.pool.begin().await?;
-        let Some((status, event)) = store::stored(&mut tx, &self.consumer, id, Opening::Keep).await? else {
+        let Some((status, event)) = store::stored(&mut tx, self.scope(), id, Opening::Keep).await? else {
             return Ok(None);
         };
         if status != "failed" {
@@ -81,6 +82,7 @@ where
                     last_error = coalesce(last_error, '') || ' (skipped by an operator)'
              WHERE consumer = $1 AND event_id = $2",
         )
+        .persistent(self.persistent)
         .bind(&*self.consumer)
         .bind(id.as_uuid())
         .execute(&mut *tx)
@@ -89,10 +91,10 @@ where
             tx.commit().await?;
             return Ok(Some(0));
         };
-        let last = store::lock_entity(&mut tx, &self.consumer, &entity.key, 0).await?;
+        let last = store::lock_entity(&mut tx, self.scope(), &entity.key, 0).await?;
         let seq = i64::try_from(entity.seq).unwrap_or(i64::MAX);
         if seq == last + 1 {
-            store::advance(&mut tx, &self.consumer, &entity.key, seq).await?;
+            store::advance(&mut tx, self.scope(), &entity.key, seq).await?;
         }
         tx.commit().await?;
         let mut inner = self.inner.clone();
@@ -109,11 +111,11 @@ where
     /// The handler's error if it fails again (the event stays failed, with the new reason if the
     /// failure is permanent), or a database error.
     pub async fn retry_failed(&self, id: outbox_types::EventId) -> Result<Option<Outcome>> {
-        let consumer = &*self.consumer;
+        let scope = self.scope();
         let mut inner = self.inner.clone();
         let mut tx = self.pool.begin().await?;
         let opening = Opening::With(self.cipher.as_ref());
-        let Some((status, event)) = store::stored(&mut tx, consumer, id, opening).await? else {
+        let Some((status, event)) = store::stored(&mut tx, scope, id, opening).await? else {
             return Ok(None);
         };
         if status != "failed" {
@@ -121,10 +123,10 @@ where
         }
         let next = match &event.entity {
             Some(entity) => {
-                let last = store::lock_entity(&mut tx, consumer, &entity.key, 0).await?;
+                let last = store::lock_entity(&mut tx, scope, &entity.key, 0).await?;
                 // Stale if an operator moved the entity past it (a skipped gap); parked like any
                 // early event if it is not its entity's next yet.
-                if let Some(held) = hold_back(&mut tx, consumer, self.cipher.as_ref(), &event, last).await? {
+                if let Some(held) = hold_back(&mut tx, scope, self.cipher.as_ref(), &event, last).await? {
                     tx.commit().await?;
                     return Ok(Some(held));
                 }
@@ -134,12 +136,12 @@ where
         };
         // Applied in the handler's transaction: if the handler fails again, the row stays failed
         // (with the new reason if the failure is permanent) and the error is returned.
-        store::mark_processed(&mut tx, consumer, event.id).await?;
+        store::mark_processed(&mut tx, scope, event.id).await?;
         let request = self.run_or_record(&mut inner, event, tx).await?;
         let (_, mut tx) = request.into_parts();
         let successors = match next {
             Some((key, seq)) => {
-                store::advance(&mut tx, consumer, &key, seq).await?;
+                store::advance(&mut tx, scope, &key, seq).await?;
                 tx.commit().await?;
                 self.apply_parked(&mut inner, &key).await
             }

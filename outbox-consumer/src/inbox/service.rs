@@ -31,6 +31,7 @@ pub struct InboxService<S> {
     pub(super) consumer: Arc<str>,
     pub(super) start: StartPolicy,
     pub(super) cipher: Option<outbox_types::PayloadCipher>,
+    pub(super) persistent: bool,
 }
 
 /// Turns whatever the handler stack returned into the inbox's error.
@@ -46,6 +47,11 @@ impl<S> InboxService<S> {
     /// The consumer name.
     pub fn consumer(&self) -> &str {
         &self.consumer
+    }
+
+    /// This consumer's rows, and how the inbox's statements are sent.
+    pub(super) fn scope(&self) -> super::store::Scope<'_> {
+        super::store::Scope { consumer: &self.consumer, persistent: self.persistent }
     }
 
     /// The pool.
@@ -103,15 +109,15 @@ where
     }
 
     pub(super) async fn handle(&self, inner: &mut S, event: Event) -> Result<Outcome> {
-        let consumer = &*self.consumer;
+        let scope = self.scope();
         let mut tx = self.pool.begin().await?;
-        let (last, fresh) = store::admit(&mut tx, consumer, &event, self.initial_seq(&event)).await?;
+        let (last, fresh) = store::admit(&mut tx, scope, &event, self.initial_seq(&event)).await?;
         if !fresh {
             tx.rollback().await?;
             return Ok(Outcome::Duplicate);
         }
         if let Some(last) = last
-            && let Some(held) = hold_back(&mut tx, consumer, self.cipher.as_ref(), &event, last).await?
+            && let Some(held) = hold_back(&mut tx, scope, self.cipher.as_ref(), &event, last).await?
         {
             tx.commit().await?;
             return Ok(held);
@@ -121,7 +127,7 @@ where
         let mut next_parked = false;
         if let Some(entity) = &event.entity {
             next_parked =
-                store::advance(&mut tx, consumer, &entity.key, i64::try_from(entity.seq).unwrap_or(i64::MAX)).await?;
+                store::advance(&mut tx, scope, &entity.key, i64::try_from(entity.seq).unwrap_or(i64::MAX)).await?;
         }
         tx.commit().await?;
         let successors = match &event.entity {
@@ -160,11 +166,11 @@ where
                 return Err(Error::InvalidBatch("entity"));
             }
         }
-        let consumer = &*self.consumer;
+        let (consumer, scope) = (&*self.consumer, self.scope());
         let mut inner = self.inner.clone();
         let initial: Vec<i64> = events.iter().map(|e| self.initial_seq(e)).collect();
         let mut tx = self.pool.begin().await?;
-        let admitted = store::admit_batch(&mut tx, consumer, &events, &initial).await?;
+        let admitted = store::admit_batch(&mut tx, scope, &events, &initial).await?;
         let mut outcomes = Vec::with_capacity(events.len());
         // Entities moved by the batch: key, new sequence, and the index of the event's outcome.
         let mut moved: Vec<(String, i64, usize)> = Vec::new();
@@ -174,7 +180,7 @@ where
                 continue;
             }
             if let (Some(entity), Some(last)) = (&event.entity, last) {
-                if let Some(held) = hold_back(&mut tx, consumer, self.cipher.as_ref(), &event, last).await? {
+                if let Some(held) = hold_back(&mut tx, scope, self.cipher.as_ref(), &event, last).await? {
                     outcomes.push(held);
                     continue;
                 }
@@ -188,7 +194,7 @@ where
         } else {
             let keys: Vec<&str> = moved.iter().map(|(k, _, _)| k.as_str()).collect();
             let seqs: Vec<i64> = moved.iter().map(|(_, s, _)| *s).collect();
-            store::advance_batch(&mut tx, consumer, &keys, &seqs).await?
+            store::advance_batch(&mut tx, scope, &keys, &seqs).await?
         };
         tx.commit().await?;
         for key in parked {

@@ -16,13 +16,31 @@ use uuid::Uuid;
 
 use crate::{Error, Result};
 
+/// Whose rows a statement touches, and how it is sent: named and prepared once per connection
+/// (`persistent`), or unnamed, as a pooler in transaction mode needs (see
+/// `InboxLayer::persistent_statements`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Scope<'a> {
+    pub(crate) consumer: &'a str,
+    pub(crate) persistent: bool,
+}
+
+impl<'a> Scope<'a> {
+    /// `consumer`'s rows, with named statements: for the operator's requests, which connect
+    /// directly.
+    pub(crate) fn direct(consumer: &'a str) -> Self {
+        Self { consumer, persistent: true }
+    }
+}
+
 /// Locks the entity for this consumer (creating it at `initial`) and returns its last applied
 /// sequence (`inbox_lock_entity`: an advisory lock, then a read with a fresh snapshot). Held until
 /// the transaction ends, so deliveries of one entity are handled one at a time, across every
 /// process of the consumer.
-pub(crate) async fn lock_entity(conn: &mut PgConnection, consumer: &str, key: &str, initial: i64) -> Result<i64> {
+pub(crate) async fn lock_entity(conn: &mut PgConnection, scope: Scope<'_>, key: &str, initial: i64) -> Result<i64> {
     Ok(sqlx::query_scalar("SELECT inbox_lock_entity($1, $2, $3)")
-        .bind(consumer)
+        .persistent(scope.persistent)
+        .bind(scope.consumer)
         .bind(key)
         .bind(initial)
         .fetch_one(conn)
@@ -33,8 +51,8 @@ pub(crate) async fn lock_entity(conn: &mut PgConnection, consumer: &str, key: &s
 /// parked, waiting to be applied. Nothing can park for the entity while its row is locked, and
 /// anything parked before was committed before the lock was taken, so `false` is final: the caller
 /// need not look for parked successors (the sweeper covers a crash in between).
-pub(crate) async fn advance(conn: &mut PgConnection, consumer: &str, key: &str, seq: i64) -> Result<bool> {
-    Ok(!advance_batch(conn, consumer, &[key], &[seq]).await?.is_empty())
+pub(crate) async fn advance(conn: &mut PgConnection, scope: Scope<'_>, key: &str, seq: i64) -> Result<bool> {
+    Ok(!advance_batch(conn, scope, &[key], &[seq]).await?.is_empty())
 }
 
 fn seq_of(event: &Event) -> Option<i64> {
@@ -46,11 +64,11 @@ fn seq_of(event: &Event) -> Option<i64> {
 /// Returns the entity's last applied sequence and whether the event id is new.
 pub(crate) async fn admit(
     conn: &mut PgConnection,
-    consumer: &str,
+    scope: Scope<'_>,
     event: &Event,
     initial: i64,
 ) -> Result<(Option<i64>, bool)> {
-    let admitted = admit_batch(conn, consumer, std::slice::from_ref(event), &[initial]).await?;
+    let admitted = admit_batch(conn, scope, std::slice::from_ref(event), &[initial]).await?;
     admitted.into_iter().next().ok_or(Error::Database(sqlx::Error::RowNotFound))
 }
 
@@ -62,7 +80,7 @@ pub(crate) async fn admit(
 /// the ids recorded.
 pub(crate) async fn admit_batch(
     conn: &mut PgConnection,
-    consumer: &str,
+    scope: Scope<'_>,
     events: &[Event],
     initial: &[i64],
 ) -> Result<Vec<(Option<i64>, bool)>> {
@@ -89,7 +107,8 @@ pub(crate) async fn admit_batch(
          LEFT JOIN seen s ON s.event_id = i.event_id
          ORDER BY i.n",
     )
-    .bind(consumer)
+    .persistent(scope.persistent)
+    .bind(scope.consumer)
     .bind(&ids)
     .bind(&keys)
     .bind(&seqs)
@@ -113,7 +132,7 @@ pub(crate) async fn admit_batch(
 /// was nearly empty, which reads every entity of the consumer per batch.
 pub(crate) async fn advance_batch(
     conn: &mut PgConnection,
-    consumer: &str,
+    scope: Scope<'_>,
     keys: &[&str],
     seqs: &[i64],
 ) -> Result<Vec<String>> {
@@ -134,16 +153,18 @@ pub(crate) async fn advance_batch(
                                WHERE p.consumer = $1 AND p.entity_key = m.entity_key AND p.seq = m.seq + 1
                                  AND p.status = 'parked'))",
     )
-    .bind(consumer)
+    .persistent(scope.persistent)
+    .bind(scope.consumer)
     .bind(keys)
     .bind(seqs)
     .fetch_all(conn)
     .await?)
 }
 
-pub(crate) async fn mark_stale(conn: &mut PgConnection, consumer: &str, id: EventId, last: i64) -> Result<()> {
+pub(crate) async fn mark_stale(conn: &mut PgConnection, scope: Scope<'_>, id: EventId, last: i64) -> Result<()> {
     sqlx::query("UPDATE inbox_events SET status = 'skipped', last_error = $3 WHERE consumer = $1 AND event_id = $2")
-        .bind(consumer)
+        .persistent(scope.persistent)
+        .bind(scope.consumer)
         .bind(id.as_uuid())
         .bind(format!("stale: the entity was already at sequence {last}"))
         .execute(conn)
@@ -167,7 +188,7 @@ fn headers_json(event: &Event) -> serde_json::Value {
 /// the admission inserted in the same transaction.
 pub(crate) async fn store_content(
     conn: &mut PgConnection,
-    consumer: &str,
+    scope: Scope<'_>,
     event: &Event,
     status: &str,
     error: Option<&str>,
@@ -196,7 +217,7 @@ pub(crate) async fn store_content(
              payload_key_id = EXCLUDED.payload_key_id
          WHERE EXCLUDED.status = 'parked' OR inbox_events.status IN ('parked', 'failed')",
     )
-    .bind(consumer)
+    .persistent(scope.persistent).bind(scope.consumer)
     .bind(event.id.as_uuid())
     .bind(event.entity.as_ref().map(|e| e.key.as_str()))
     .bind(seq_of(event))
@@ -217,14 +238,15 @@ pub(crate) async fn store_content(
 }
 
 /// Marks a stored event processed and drops its content (payloads are kept only while needed).
-pub(crate) async fn mark_processed(conn: &mut PgConnection, consumer: &str, id: EventId) -> Result<()> {
+pub(crate) async fn mark_processed(conn: &mut PgConnection, scope: Scope<'_>, id: EventId) -> Result<()> {
     sqlx::query(
         "UPDATE inbox_events SET status = 'processed', processed_at = now(), last_error = NULL, payload = NULL,
                 headers = NULL, event_type = NULL, event_version = NULL, content_type = NULL,
                 correlation_id = NULL, causation_id = NULL, created_at = NULL, payload_key_id = NULL
          WHERE consumer = $1 AND event_id = $2",
     )
-    .bind(consumer)
+    .persistent(scope.persistent)
+    .bind(scope.consumer)
     .bind(id.as_uuid())
     .execute(conn)
     .await?;
@@ -295,7 +317,7 @@ const STORED_COLUMNS: &str = "event_id, entity_key, seq, event_type, event_versi
 /// The parked event that is next for the entity, locked.
 pub(crate) async fn parked_at(
     conn: &mut PgConnection,
-    consumer: &str,
+    scope: Scope<'_>,
     key: &str,
     seq: i64,
     cipher: Option<&PayloadCipher>,
@@ -304,14 +326,20 @@ pub(crate) async fn parked_at(
         "SELECT {STORED_COLUMNS} FROM inbox_events
          WHERE consumer = $1 AND entity_key = $2 AND seq = $3 AND status = 'parked' FOR UPDATE"
     );
-    let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(consumer).bind(key).bind(seq).fetch_optional(conn).await?;
+    let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .persistent(scope.persistent)
+        .bind(scope.consumer)
+        .bind(key)
+        .bind(seq)
+        .fetch_optional(conn)
+        .await?;
     row.as_ref().map(|row| event_from_row(row, Opening::With(cipher))).transpose()
 }
 
 /// A stored (failed or parked) event by id.
 pub(crate) async fn stored(
     conn: &mut PgConnection,
-    consumer: &str,
+    scope: Scope<'_>,
     id: EventId,
     opening: Opening<'_>,
 ) -> Result<Option<(String, Event)>> {
@@ -319,7 +347,12 @@ pub(crate) async fn stored(
         "SELECT status, {STORED_COLUMNS} FROM inbox_events
          WHERE consumer = $1 AND event_id = $2 AND status IN ('parked', 'failed') FOR UPDATE"
     );
-    let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(consumer).bind(id.as_uuid()).fetch_optional(conn).await?;
+    let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .persistent(scope.persistent)
+        .bind(scope.consumer)
+        .bind(id.as_uuid())
+        .fetch_optional(conn)
+        .await?;
     match row {
         Some(r) => Ok(Some((r.try_get("status")?, event_from_row(&r, opening)?))),
         None => Ok(None),
@@ -327,7 +360,7 @@ pub(crate) async fn stored(
 }
 
 /// Entities whose next event is parked (ready to be applied), for the sweeper.
-pub(crate) async fn ready_entities(conn: &mut PgConnection, consumer: &str, limit: i64) -> Result<Vec<String>> {
+pub(crate) async fn ready_entities(conn: &mut PgConnection, scope: Scope<'_>, limit: i64) -> Result<Vec<String>> {
     Ok(sqlx::query_scalar(
         "SELECT p.entity_key FROM inbox_events p
          JOIN inbox_entities e ON e.consumer = p.consumer AND e.entity_key = p.entity_key
@@ -337,7 +370,8 @@ pub(crate) async fn ready_entities(conn: &mut PgConnection, consumer: &str, limi
                                                AND (a.status || '') = 'processed')) + 1
          LIMIT $2",
     )
-    .bind(consumer)
+    .persistent(scope.persistent)
+    .bind(scope.consumer)
     .bind(limit)
     .fetch_all(conn)
     .await?)

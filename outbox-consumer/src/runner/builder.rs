@@ -74,6 +74,7 @@ impl<S> InboxRunnerBuilder<S> {
             connection_name: Self::DEFAULT_CONNECTION_NAME.to_owned(),
             queues: Vec::new(),
             dead_letter_exchange: String::new(),
+            topology: None,
             prefetch: Self::DEFAULT_PREFETCH,
             concurrency: Self::DEFAULT_CONCURRENCY,
             batch_size: Self::DEFAULT_BATCH_SIZE,
@@ -123,11 +124,15 @@ impl<S> InboxRunnerBuilder<S> {
         self
     }
 
-    /// Consumes the queues of a [`Topology`](crate::Topology) and dead-letters to its exchange.
+    /// Consumes the queues of a [`Topology`](crate::Topology), dead-letters to its exchange and
+    /// declares all of it (exchange, queues, bindings, dead letters) on every connection, so the
+    /// runner may start before or after the relay. Pass the relay the same topology
+    /// (`RelayBuilder::topology` in `outbox-relayer`).
     #[must_use]
     pub fn topology(mut self, topology: &crate::Topology) -> Self {
         self.settings.queues.extend(topology.queues.iter().cloned());
         self.settings.dead_letter_exchange.clone_from(&topology.dead_letter_exchange);
+        self.settings.topology = Some(topology.clone());
         self
     }
 
@@ -266,6 +271,8 @@ impl<S> InboxRunnerBuilder<S> {
                 attempts: Mutex::new(HashMap::new()),
                 counters: Arc::default(),
                 crashed: std::sync::atomic::AtomicBool::new(false),
+                consuming: Arc::default(),
+                stopped: Arc::new(std::sync::atomic::AtomicBool::new(true)),
             }),
         })
     }

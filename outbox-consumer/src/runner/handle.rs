@@ -1,7 +1,7 @@
 //! A running runner: its counts, graceful shutdown, abort.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use tokio::sync::watch;
 
@@ -63,15 +63,84 @@ impl Counters {
     }
 }
 
+/// A runner's health, as [`RunnerHandle::health`] reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RunnerHealth {
+    /// Connected to the broker and consuming its queues (false while it reconnects).
+    pub consuming: bool,
+    /// The runner's task has ended (shut down, crashed or aborted).
+    pub stopped: bool,
+}
+
+impl RunnerHealth {
+    /// Alive: the task runs (reconnecting after a broker outage is alive).
+    pub fn is_live(&self) -> bool {
+        !self.stopped
+    }
+
+    /// Ready: the task runs and consumes.
+    pub fn is_ready(&self) -> bool {
+        !self.stopped && self.consuming
+    }
+}
+
 /// A running [`InboxRunner`](crate::InboxRunner).
 #[derive(Debug)]
 pub struct RunnerHandle {
     pub(super) stop: watch::Sender<bool>,
     pub(super) task: tokio::task::JoinHandle<Result<()>>,
     pub(super) counters: Arc<Counters>,
+    pub(super) probe: RunnerProbe,
+}
+
+/// A spawned runner's health, to read from anywhere (a clone per HTTP handler): what the
+/// service's own `/healthz` (`is_live`) and `/readyz` (`is_ready`) answer from.
+#[derive(Debug, Clone)]
+pub struct RunnerProbe {
+    pub(super) consuming: Arc<AtomicBool>,
+    pub(super) stopped: Arc<AtomicBool>,
+}
+
+impl RunnerProbe {
+    /// The runner's health now.
+    pub fn health(&self) -> RunnerHealth {
+        RunnerHealth {
+            consuming: self.consuming.load(Ordering::Relaxed),
+            stopped: self.stopped.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Marks the runner running while it lives, and stopped when the future that holds it ends or is
+/// dropped (aborted, panicked).
+pub(super) struct StoppedOnDrop(Arc<AtomicBool>);
+
+impl StoppedOnDrop {
+    pub(super) fn running(stopped: Arc<AtomicBool>) -> Self {
+        stopped.store(false, Ordering::Relaxed);
+        Self(stopped)
+    }
+}
+
+impl Drop for StoppedOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 impl RunnerHandle {
+    /// The runner's health now (see [`RunnerProbe`]).
+    pub fn health(&self) -> RunnerHealth {
+        self.probe.health()
+    }
+
+    /// A probe of this runner's health that outlives borrows of the handle: give a clone to each
+    /// HTTP handler, keep the handle for [`RunnerHandle::shutdown`].
+    pub fn probe(&self) -> RunnerProbe {
+        self.probe.clone()
+    }
+
     /// What the runner did so far.
     pub fn stats(&self) -> RunnerStats {
         self.counters.snapshot()

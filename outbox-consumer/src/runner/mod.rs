@@ -24,7 +24,7 @@ mod settings;
 mod shared;
 
 pub use builder::InboxRunnerBuilder;
-pub use handle::{RunnerHandle, RunnerStats};
+pub use handle::{RunnerHandle, RunnerHealth, RunnerProbe, RunnerStats};
 pub use run::InboxRunner;
 #[cfg(feature = "fail-points")]
 pub use settings::CrashPoint;

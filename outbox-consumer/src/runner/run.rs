@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tower::Service;
 
-use super::handle::RunnerHandle;
+use super::handle::{RunnerHandle, RunnerProbe, StoppedOnDrop};
 use super::shared::Shared;
 use super::{gauges, retention};
 use crate::{InboxRequest, Result};
@@ -60,13 +60,16 @@ where
     pub fn spawn(self) -> RunnerHandle {
         let (stop, mut rx) = watch::channel(false);
         let counters = self.shared.counters.clone();
+        let probe = RunnerProbe { consuming: self.shared.consuming.clone(), stopped: self.shared.stopped.clone() };
+        // Running from here: a probe read before the task first runs is not "stopped".
+        self.shared.stopped.store(false, std::sync::atomic::Ordering::Relaxed);
         let task = tokio::spawn(async move {
             self.run(async move {
                 let _ = rx.wait_for(|s| *s).await;
             })
             .await
         });
-        RunnerHandle { stop, task, counters }
+        RunnerHandle { stop, task, counters, probe }
     }
 
     /// Runs until `shutdown` completes, reconnecting after every loss, then shuts down gracefully.
@@ -76,6 +79,9 @@ where
     /// are retried with backoff.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
         tokio::pin!(shutdown);
+        // Stopped when this future ends or is dropped (aborted, panicked), however it ends.
+        let _stopped = StoppedOnDrop::running(self.shared.stopped.clone());
+        crate::metrics::initialise(self.shared.service.consumer());
         let gauges = tokio::spawn(gauges::gauges(self.shared.clone()));
         let _stop_gauges = AbortOnDrop(gauges);
         let retention = tokio::spawn(retention::retention(self.shared.clone()));

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use outbox_amqp::{Delivery, Subscription};
 use tokio::sync::Semaphore;
@@ -31,12 +32,16 @@ where
             self.settings.prefetch,
             &self.settings.queues,
             &self.settings.dead_letter_exchange,
+            self.settings.topology.as_ref(),
         )
         .await?;
         tracing::info!(queues = ?self.settings.queues, "inbox runner consuming");
         let mut tasks = Tasks::new();
+        self.consuming.store(true, Ordering::Relaxed);
         // On an error (a crash point) the subscription is dropped with nothing else acked.
-        let graceful = self.consume(&mut subscription, &mut tasks, shutdown).await?;
+        let consumed = self.consume(&mut subscription, &mut tasks, shutdown).await;
+        self.consuming.store(false, Ordering::Relaxed);
+        let graceful = consumed?;
         if graceful {
             self.finish_and_close(subscription, tasks).await;
         }

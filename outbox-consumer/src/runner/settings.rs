@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use outbox_amqp::Nodes;
+use outbox_amqp::{Nodes, Topology};
 use outbox_types::RetryPolicy;
 
 use crate::DeliveryLimits;
@@ -25,6 +25,8 @@ pub(super) struct Settings {
     pub(super) connection_name: String,
     pub(super) queues: Vec<String>,
     pub(super) dead_letter_exchange: String,
+    /// Declared on every connection, when the runner was given one.
+    pub(super) topology: Option<Topology>,
     pub(super) prefetch: u16,
     pub(super) concurrency: usize,
     pub(super) batch_size: usize,

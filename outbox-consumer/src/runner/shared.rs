@@ -20,4 +20,8 @@ pub(super) struct Shared<S> {
     pub(super) counters: Arc<Counters>,
     /// An armed crash point was reached: the runner is "dead".
     pub(super) crashed: AtomicBool,
+    /// A session consumes its queues now.
+    pub(super) consuming: Arc<AtomicBool>,
+    /// The runner's run ended (or never began).
+    pub(super) stopped: Arc<AtomicBool>,
 }

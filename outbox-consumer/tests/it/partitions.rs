@@ -65,7 +65,7 @@ async fn partitions(broker: &TestBroker, exchange: &str, kind: QueueType) -> Top
 
 /// A relay publishing over the partitions' routing keys.
 fn relay(pool: &PgPool, exchange: &str) -> outbox_relayer::RelayHandle {
-    Relay::builder(pool.connect_options().as_ref().clone(), AmqpPublisher::builder(outbox_testkit::amqp_url()).build())
+    Relay::builder(pool, AmqpPublisher::builder(outbox_testkit::amqp_url()).build_unchecked())
         .exchange(exchange)
         .declare_exchange(false)
         .routing(Partitioned::new(PARTITIONS))

@@ -48,7 +48,7 @@ async fn payloads_sealed_end_to_end_are_opened_by_the_runner_with_the_keys_only(
     });
     outbox.enqueue_many(&mut *tx, events.collect::<Vec<_>>()).await.expect("enqueue");
     tx.commit().await.expect("commit");
-    let relay = Relay::builder(pool.connect_options().as_ref().clone(), AmqpPublisher::builder(broker.url()).build())
+    let relay = Relay::builder(pool, AmqpPublisher::builder(broker.url()).build_unchecked())
         .exchange(&exchange)
         .declare_exchange(false)
         .end_to_end(true)

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use outbox_amqp::{AmqpPublisher, Topology};
 use outbox_types::{ExchangeKind, Publisher, RetryPolicy};
 use sqlx::postgres::PgConnectOptions;
 use uuid::Uuid;
@@ -13,21 +14,46 @@ use super::settings::CrashPoint;
 use super::settings::Settings;
 use super::shared::Shared;
 use crate::defaults;
-use crate::routing::{ByEventType, RoutingStrategy};
+use crate::routing::{ByEventType, Partitioned, RoutingStrategy};
 use crate::store;
 use crate::{Error, Result};
 
 impl<P: Publisher> Relay<P> {
-    /// Starts a builder over the outbox in the database `connect` leads to, publishing with
-    /// `publisher`.
+    /// Starts a builder over the outbox in `database` (the service's `&PgPool`, or
+    /// `PgConnectOptions`), publishing with `publisher`.
     ///
-    /// The relay opens connections of its own with these options: a pool sized for its confirm
-    /// window (two connections per full batch in flight, and three for claiming, listening and
-    /// housekeeping), each with the planner settings its claim relies on, `synchronous_commit` as
-    /// [`RelayBuilder::synchronous_commit`] says, and a 3 s wait for a free connection. From a
-    /// pool the service already has: `pool.connect_options().as_ref().clone()`.
-    pub fn builder(connect: PgConnectOptions, publisher: P) -> RelayBuilder<P> {
-        RelayBuilder::new(connect, publisher)
+    /// The relay opens connections of its own with the same connect options: a pool sized for its
+    /// confirm window (two connections per full batch in flight, and three for claiming, listening
+    /// and housekeeping), each with the planner settings its claim relies on, `synchronous_commit`
+    /// as [`RelayBuilder::synchronous_commit`] says, and a 3 s wait for a free connection. So the
+    /// relay never takes connections the service's pool counts on.
+    pub fn builder(database: impl IntoConnectOptions, publisher: P) -> RelayBuilder<P> {
+        RelayBuilder::new(database.into_connect_options(), publisher)
+    }
+}
+
+/// Where the relay connects: the connect options of a pool the service already has (`&PgPool`),
+/// or connect options of its own (`PgConnectOptions`).
+pub trait IntoConnectOptions {
+    /// The options the relay opens its own connections with.
+    fn into_connect_options(self) -> PgConnectOptions;
+}
+
+impl IntoConnectOptions for PgConnectOptions {
+    fn into_connect_options(self) -> PgConnectOptions {
+        self
+    }
+}
+
+impl IntoConnectOptions for &PgConnectOptions {
+    fn into_connect_options(self) -> PgConnectOptions {
+        self.clone()
+    }
+}
+
+impl IntoConnectOptions for &sqlx::PgPool {
+    fn into_connect_options(self) -> PgConnectOptions {
+        sqlx::Pool::connect_options(self).as_ref().clone()
     }
 }
 
@@ -360,6 +386,26 @@ impl<P: Publisher> RelayBuilder<P> {
             .acquire_timeout(Duration::from_secs(3))
             .connect_lazy_with(relay_connect_options(self.connect, session));
         Ok(Relay { shared: Arc::new(Shared::new(pool, self.publisher, self.routing, self.settings)) })
+    }
+}
+
+impl RelayBuilder<AmqpPublisher> {
+    /// Publishes to `topology`'s exchange with the routing it implies (by event type to a queue,
+    /// or [`Partitioned`] by entity over its partitions), and has the publisher declare all of it
+    /// (exchange, queues, bindings, dead letters) on every connection: the consumer's queue exists
+    /// before the first event is published to it, whichever side starts first. Pass the same
+    /// topology to the consumer (`InboxRunnerBuilder::topology`).
+    #[must_use]
+    pub fn topology(mut self, topology: &Topology) -> Self {
+        self.publisher.declare_on_connect(topology);
+        self.settings.exchange.clone_from(&topology.exchange);
+        self.settings.exchange_kind = ExchangeKind::Topic;
+        self.settings.declare_exchange = true;
+        self.routing = match topology.partitions() {
+            Some((prefix, partitions)) => Arc::new(Partitioned::new(partitions).prefix(prefix)),
+            None => Arc::new(ByEventType),
+        };
+        self
     }
 }
 

@@ -15,17 +15,20 @@ pub struct Health {
     pub database_reachable: bool,
     /// The publisher reaches the broker (the relay is not paused by an outage).
     pub broker_reachable: bool,
+    /// The relay's task has ended (shut down, crashed or aborted).
+    pub stopped: bool,
 }
 
 impl Health {
-    /// Alive: the claim loop has not started yet, or went round within `within`.
+    /// Alive: not stopped, and the claim loop has not started yet or went round within `within`
+    /// (see [`Relay::liveness_window`](crate::Relay::liveness_window)).
     pub fn is_live(&self, within: Duration) -> bool {
-        self.since_last_loop.is_none_or(|since| since <= within)
+        !self.stopped && self.since_last_loop.is_none_or(|since| since <= within)
     }
 
     /// Ready: the claim loop runs and both servers answer it.
     pub fn is_ready(&self) -> bool {
-        self.since_last_loop.is_some() && self.database_reachable && self.broker_reachable
+        !self.stopped && self.since_last_loop.is_some() && self.database_reachable && self.broker_reachable
     }
 }
 
@@ -35,6 +38,7 @@ pub(super) struct HealthState {
     last_loop: Mutex<Option<Instant>>,
     database_failing: AtomicBool,
     broker_paused: AtomicBool,
+    stopped: AtomicBool,
 }
 
 impl HealthState {
@@ -49,12 +53,23 @@ impl HealthState {
         self.database_failing.store(!answered, Ordering::Relaxed);
     }
 
+    /// The relay runs (again).
+    pub(super) fn running(&self) {
+        self.stopped.store(false, Ordering::Relaxed);
+    }
+
+    /// The relay's run ended, however (returned, panicked, aborted).
+    pub(super) fn stopped(&self) {
+        self.stopped.store(true, Ordering::Relaxed);
+    }
+
     pub(super) fn snapshot(&self) -> Health {
         let last = *self.last_loop.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         Health {
             since_last_loop: last.map(|at| at.elapsed()),
             database_reachable: !self.database_failing.load(Ordering::Relaxed),
             broker_reachable: !self.broker_paused.load(Ordering::Relaxed),
+            stopped: self.stopped.load(Ordering::Relaxed),
         }
     }
 }

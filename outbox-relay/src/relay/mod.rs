@@ -46,8 +46,8 @@ mod shared;
 mod summary;
 mod tasks;
 
-pub use builder::RelayBuilder;
-pub use handle::RelayHandle;
+pub use builder::{IntoConnectOptions, RelayBuilder};
+pub use handle::{RelayHandle, RelayProbe};
 pub use health::Health;
 pub use outcome::BatchReport;
 pub use run::Relay;

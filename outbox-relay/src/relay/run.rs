@@ -31,7 +31,7 @@ use crate::{Error, Result};
 ///
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 /// let database = "postgres://postgres@127.0.0.1/app".parse()?;
-/// let publisher = AmqpPublisher::builder("amqp://guest:guest@127.0.0.1:5672/%2f").build();
+/// let publisher = AmqpPublisher::builder("amqp://guest:guest@127.0.0.1:5672/%2f").build()?;
 /// let relay = Relay::builder(database, publisher).exchange("orders").batch_size(500).build()?;
 /// let handle = relay.spawn();
 /// // ... serve requests ...
@@ -84,13 +84,15 @@ impl<P: Publisher> Relay<P> {
     /// Runs the relay as a task of the current runtime.
     pub fn spawn(self) -> RelayHandle {
         let (stop, mut rx) = watch::channel(false);
+        let probe =
+            super::handle::RelayProbe { health: self.shared.health.clone(), liveness_window: self.liveness_window() };
         let task = tokio::spawn(async move {
             self.run(async move {
                 let _ = rx.wait_for(|s| *s).await;
             })
             .await
         });
-        RelayHandle { stop, task }
+        RelayHandle { stop, task, probe }
     }
 
     /// Runs until `shutdown` completes, then shuts down gracefully.
@@ -102,6 +104,9 @@ impl<P: Publisher> Relay<P> {
         let span = tracing::info_span!("outbox.relay", relay_id = %self.shared.settings.relay_id);
         async move {
             let s = &self.shared.settings;
+            // Stopped when this future ends or is dropped (aborted, panicked), however it ends.
+            let _stopped = super::handle::StoppedOnDrop::running(self.shared.health.clone());
+            crate::metrics::initialise();
             self.declare_exchange().await;
             let (stop_tx, stop_rx) = watch::channel(false);
             let (hard_tx, hard_rx) = watch::channel(false);

@@ -41,7 +41,7 @@ pub(super) struct Shared<P> {
     /// (`SKIP LOCKED`), each paying a full scan for half a batch.
     pub(super) claiming: tokio::sync::Mutex<()>,
     /// What the claim loop tells liveness and readiness probes.
-    pub(super) health: HealthState,
+    pub(super) health: Arc<HealthState>,
     /// What the relay did since its last summary line.
     pub(super) tally: Tally,
     /// Where the claim's scan starts.
@@ -63,7 +63,7 @@ impl<P> Shared<P> {
             published_since_vacuum: AtomicU64::new(0),
             vacuum_due: Notify::new(),
             claiming: tokio::sync::Mutex::new(()),
-            health: HealthState::default(),
+            health: Arc::default(),
             tally: Tally::default(),
             low_water: LowWater::default(),
         }

@@ -145,7 +145,8 @@ pub(super) async fn gauges<P: Publisher>(shared: Arc<Shared<P>>) {
     };
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut kinds_seen = Vec::new();
+    // Every kind from the start, so each shows 0 rather than no series until its first event.
+    let mut kinds_seen = outbox_types::FailureKind::ALL.iter().map(|k| k.as_str().to_owned()).collect();
     loop {
         tick.tick().await;
         match outbox_ops::admin::backlog_from(&shared.pool, shared.low_water.position()).await {

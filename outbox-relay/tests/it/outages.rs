@@ -153,7 +153,7 @@ async fn run_a_broker_outage_charges_no_event_and_delivery_resumes_at_once(load:
         .initial_delay(Duration::from_millis(200))
         .max_attempts(3)
         .max_age(Duration::from_secs(2));
-    let publisher = AmqpPublisher::builder(url).build();
+    let publisher = AmqpPublisher::builder(url).build_unchecked();
     let relay = relay(&h, h.db().connect_options().clone(), publisher).retry_policy(policy).build().expect("relay");
     let relay = relay.spawn();
     under_way(recorder, load).await;
@@ -208,7 +208,7 @@ async fn run_a_relay_given_two_nodes_goes_on_through_the_other_when_its_node_goe
     let (first, second) =
         (ChaosProxy::start(upstream).await.expect("proxy"), ChaosProxy::start(upstream).await.expect("proxy"));
     let url = |proxy: &ChaosProxy| format!("amqp://guest:guest@{}/%2f", proxy.addr());
-    let publisher = AmqpPublisher::builder(url(&first)).node(url(&second)).try_build().expect("publisher");
+    let publisher = AmqpPublisher::builder(url(&first)).node(url(&second)).build().expect("publisher");
     let relay = relay(&h, h.db().connect_options().clone(), publisher).build().expect("relay").spawn();
     under_way(recorder, load).await;
     assert_eq!(second.connections(), 0, "the first node is tried first");
@@ -248,14 +248,16 @@ async fn a_channel_the_broker_closes_is_charged_to_the_events_not_taken_for_an_o
     outbox.enqueue_many(&mut *tx, events.collect::<Vec<_>>()).await.expect("enqueue");
     tx.commit().await.expect("commit");
     let policy = RetryPolicy::default().initial_delay(Duration::from_millis(50)).max_attempts(3);
-    let relay =
-        Relay::builder(db.connect_options().clone(), AmqpPublisher::builder(outbox_testkit::amqp_url()).build())
-            .exchange(format!("missing-{}", outbox_testkit::unique_suffix()))
-            .declare_exchange(false)
-            .retry_policy(policy)
-            .build()
-            .expect("relay")
-            .spawn();
+    let relay = Relay::builder(
+        db.connect_options().clone(),
+        AmqpPublisher::builder(outbox_testkit::amqp_url()).build_unchecked(),
+    )
+    .exchange(format!("missing-{}", outbox_testkit::unique_suffix()))
+    .declare_exchange(false)
+    .retry_policy(policy)
+    .build()
+    .expect("relay")
+    .spawn();
     wait_for("every event quarantined", Duration::from_secs(60), || async {
         outbox_testkit::equal(
             count(db.pool(), "SELECT count(*) FROM outbox_events WHERE status = 'quarantined'").await,
@@ -292,7 +294,7 @@ async fn run_a_connection_the_broker_closes_is_not_charged_to_the_events(load: L
     let h = support::env().await;
     let (recorder, ids) = (h.recorder(), fill(h.pool(), load).await);
     let name = format!("outage-test-{}", outbox_testkit::unique_suffix());
-    let publisher = AmqpPublisher::builder(outbox_testkit::amqp_url()).connection_name(&name).build();
+    let publisher = AmqpPublisher::builder(outbox_testkit::amqp_url()).connection_name(&name).build_unchecked();
     let relay = relay(&h, h.db().connect_options().clone(), publisher).build().expect("relay").spawn();
     under_way(recorder, load).await;
     assert_eq!(outbox_testkit::close_connections_named(&name).await.expect("rabbitmqctl"), 1);

@@ -101,7 +101,8 @@ async fn notification_wakes_an_idle_relay_without_waiting_for_the_poll() {
 async fn relay_reconnects_after_the_broker_drops_its_connection() {
     let env = support::env().await;
     let name = format!("relay-test-{}", outbox_testkit::unique_suffix());
-    let publisher = outbox_relayer::AmqpPublisher::builder(outbox_testkit::amqp_url()).connection_name(&name).build();
+    let publisher =
+        outbox_relayer::AmqpPublisher::builder(outbox_testkit::amqp_url()).connection_name(&name).build_unchecked();
     let policy = outbox_types::RetryPolicy::default()
         .initial_delay(Duration::from_millis(100))
         .max_delay(Duration::from_secs(1));

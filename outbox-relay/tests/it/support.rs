@@ -22,7 +22,7 @@ pub fn relay(h: &Harness) -> RelayBuilder<AmqpPublisher> {
 }
 
 pub fn publisher() -> AmqpPublisher {
-    AmqpPublisher::builder(outbox_testkit::amqp_url()).connect_timeout(Duration::from_secs(2)).build()
+    AmqpPublisher::builder(outbox_testkit::amqp_url()).connect_timeout(Duration::from_secs(2)).build_unchecked()
 }
 
 pub fn event(entity: Option<&str>) -> NewEvent {

@@ -20,7 +20,7 @@ use chaos_env::{ProcessError, millis, required};
 async fn run() -> Result<(), ProcessError> {
     let name = required("CHAOS_NAME")?;
     let database = chaos_env::connect_options(&name)?;
-    let publisher = AmqpPublisher::builder(required("AMQP_URL")?).connection_name(name.clone()).build();
+    let publisher = AmqpPublisher::builder(required("AMQP_URL")?).connection_name(name.clone()).build_unchecked();
     // Kills and cuts make an event fail several times; short backoffs keep the drain quick, and
     // a generous limit keeps chaos from quarantining anything.
     let retry = RetryPolicy::default()

@@ -3,4 +3,7 @@
 //! terminated while a producer writes). Sizes from `outbox_system_tests::sizes`.
 
 mod chaos;
+mod pooler;
+mod readme;
 mod scenarios;
+mod topology;

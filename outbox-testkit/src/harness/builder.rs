@@ -181,7 +181,7 @@ impl HarnessBuilder {
                     .connect_timeout(Duration::from_secs(2))
                     .connection_name(&relay_connection),
             )
-            .build(),
+            .build()?,
         );
         let mut harness = Harness {
             relay: Guard(None),

@@ -29,7 +29,7 @@ impl Harness {
     /// A publisher to the harness's broker (through the relay proxy, if any), for
     /// [`Harness::relay_builder_with`].
     pub fn new_publisher(&self) -> AmqpPublisher {
-        AmqpPublisher::builder(self.relay_url.clone()).connect_timeout(Duration::from_secs(2)).build()
+        AmqpPublisher::builder(self.relay_url.clone()).connect_timeout(Duration::from_secs(2)).build_unchecked()
     }
 
     /// Starts the relay (after stopping the one running, if any).

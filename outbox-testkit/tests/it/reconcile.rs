@@ -57,15 +57,12 @@ async fn every_kind_of_discrepancy_is_reported() {
 
     // The healthy part: four changes, published by a relay, applied once each.
     let healthy = [change(pool, 1).await, change(pool, 1).await, change(pool, 2).await, change(pool, 3).await];
-    let relay = Relay::builder(
-        pool.connect_options().as_ref().clone(),
-        AmqpPublisher::builder(outbox_testkit::amqp_url()).build(),
-    )
-    .exchange(&exchange)
-    .declare_exchange(false)
-    .build()
-    .expect("relay")
-    .spawn();
+    let relay = Relay::builder(pool, AmqpPublisher::builder(outbox_testkit::amqp_url()).build().expect("publisher"))
+        .exchange(&exchange)
+        .declare_exchange(false)
+        .build()
+        .expect("relay")
+        .spawn();
     recorder.wait_for_count(4, Duration::from_secs(20)).await.expect("published");
     relay.shutdown().await.expect("shutdown");
     for id in &healthy[..3] {

@@ -57,8 +57,8 @@ async fn round_trip(pool: &PgPool, amqp: &str, name: &str) -> Result<bool, BoxEr
 
     let service = InboxLayer::new(pool.clone(), "shipping").layer(tower::service_fn(ship));
     let consumer = InboxRunner::builder(amqp, service).topology(&topology).build()?.spawn();
-    let publisher = AmqpPublisher::builder(amqp).build();
-    let relay = Relay::builder(pool.connect_options().as_ref().clone(), publisher).exchange(name).build()?.spawn();
+    let publisher = AmqpPublisher::builder(amqp).build()?;
+    let relay = Relay::builder(pool, publisher).exchange(name).build()?.spawn();
     place_orders(pool).await?;
 
     let deadline = Instant::now() + Duration::from_secs(60);

@@ -22,11 +22,16 @@ impl Drop for Process {
     }
 }
 
-fn spawn(db: &TestDb, exchange: &str) -> Process {
+/// Runs the service on `exchange`; the partition queues its relay declares are named after the
+/// test's broker and deleted with it.
+fn spawn(db: &TestDb, broker: &TestBroker, exchange: &str) -> Process {
+    let base = broker.name("shipping");
+    broker.remember_topology(&outbox_relayer::Topology::partitioned(exchange, &base, 2));
     let child = Command::new(env!("CARGO_BIN_EXE_orders-service"))
         .env("DATABASE_URL", db.url())
         .env("AMQP_URL", outbox_testkit::amqp_url())
         .env("EXCHANGE", exchange)
+        .env("QUEUE_BASE", base)
         .env("PARTITIONS", "2")
         .env("CHANGES", CHANGES.to_string())
         .env("ORDERS", "5")
@@ -55,7 +60,7 @@ async fn run_then_signal(signal: &str) -> ExitStatus {
     let queue = broker.declare_queue("orders-service").await.expect("queue");
     broker.bind(&queue, &exchange, "#").await.expect("bind");
 
-    let mut process = spawn(&db, &exchange);
+    let mut process = spawn(&db, &broker, &exchange);
     wait_for("every event in the queue bound to EXCHANGE", DEADLINE, || async {
         outbox_testkit::at_least(messages(&broker, &queue).await, CHANGES)
     })

@@ -32,6 +32,8 @@ async fn trace_logs_hold_no_payload() {
             .env("DATABASE_URL", db.url())
             .env("AMQP_URL", outbox_testkit::amqp_url())
             .env("EXCHANGE", &exchange)
+            // No queue: every event comes back unroutable, and lapin sees the returned messages.
+            .env("QUEUE_BASE", "")
             .env("CHANGES", "5")
             .env("ORDERS", "5")
             .env("RELAY_SECS", "2")

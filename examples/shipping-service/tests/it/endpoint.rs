@@ -82,6 +82,22 @@ async fn the_service_serves_its_inbox_metrics_and_health() {
     wait_for("/readyz to answer 200", WAIT, || async { (http_get(port, "/readyz").await?.0 == 200).then_some(()) })
         .await
         .expect("ready");
+    // Before any event: the inbox's series at zero, so dashboards and alerts read 0, not "no data".
+    let fresh = wait_for("the inbox's gauges on /metrics", WAIT, || async {
+        let (_, page) = http_get(port, "/metrics").await?;
+        sample(&page, "inbox_events_failed", "").is_some().then_some(page)
+    })
+    .await
+    .expect("fresh metrics");
+    for (name, label) in [
+        ("inbox_events_total", "outcome=\"applied\""),
+        ("inbox_events_total", "outcome=\"duplicate\""),
+        ("inbox_dead_letters_total", "reason=\"handler_failed\""),
+        ("inbox_bad_deliveries_total", "reason=\"unparsable_payload\""),
+        ("inbox_events_parked", ""),
+    ] {
+        assert_eq!(sample(&fresh, name, label), Some(0.0), "{name} {label} at zero before any event:\n{fresh}");
+    }
 
     // The second change of an order whose first never came: parked, a gap.
     let payload = serde_json::json!({ "order_id": 7, "version": 2, "status": "paid" });
