@@ -30,7 +30,7 @@ use crate::{Error, Result};
 /// use outbox_relayer::{AmqpPublisher, Relay};
 ///
 /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-/// let database = "postgres://postgres@127.0.0.1/app".parse()?;
+/// let database: sqlx::postgres::PgConnectOptions = "postgres://postgres@127.0.0.1/app".parse()?;
 /// let publisher = AmqpPublisher::builder("amqp://guest:guest@127.0.0.1:5672/%2f").build()?;
 /// let relay = Relay::builder(database, publisher).exchange("orders").batch_size(500).build()?;
 /// let handle = relay.spawn();
