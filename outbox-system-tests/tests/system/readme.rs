@@ -1,6 +1,8 @@
 //! The README's walk-through, run as written: its producer, relay, consumer and `ship_orders`
-//! blocks, extracted from README.md by this crate's build script (never a copy), on a fresh
-//! database and a topology named for this test. What a new user pastes must ship every order.
+//! blocks, pasted one after the other into this module by this crate's build script (from
+//! README.md, never a copy), so they must compile together as a new user's `src/main.rs` does;
+//! then `ship_orders` runs on a fresh database and a topology named for this test. What a new user
+//! pastes must ship every order.
 
 use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
@@ -8,14 +10,13 @@ use outbox_testkit::{TestBroker, TestDb};
 
 include!(concat!(env!("OUT_DIR"), "/readme.rs"));
 
-/// The README's blocks, in order: producer, relay, consumer, then the one that wires them.
-use block_3::ship_orders;
-
 #[tokio::test]
 async fn the_readme_pieces_pasted_together_ship_every_order_once() {
     let db = TestDb::empty().await.expect("database");
     let broker = TestBroker::new().await.expect("broker");
     let topology = broker.topology("orders", "shipping.orders");
+    // The README's `main` connects to its own database and names: not run here, only compiled.
+    let _ = main;
 
     ship_orders(db.pool(), &topology, 20).await.expect("the README's flow ships every order");
 
