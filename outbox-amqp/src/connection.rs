@@ -27,6 +27,9 @@ pub async fn connect(url: &str, name: &str, timeout: Duration) -> Result<Connect
     }
 }
 
+/// How long [`close`] waits for the broker to answer a connection's close.
+pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Closes `connection` and, with it, `channels` (opened on it), giving the broker `reason`.
 ///
 /// The channels are not closed one by one first: lapin forgets a closed channel a moment after
@@ -34,8 +37,11 @@ pub async fn connect(url: &str, name: &str, timeout: Duration) -> Result<Connect
 /// logs a spurious "Connection error: invalid channel". Nor may a channel be dropped while still
 /// open, which closes it in the background with the same race. So the connection is closed with
 /// the channels held, and they are let go once lapin has marked them closed.
+///
+/// A broker that does not answer the close (a stalled link, a node under load) is waited for at
+/// most [`CLOSE_TIMEOUT`]: a process stopping must not hang on it.
 pub async fn close(connection: &Connection, channels: &[&Channel], reason: &str) {
-    let _ = connection.close(200, reason.into()).await;
+    let _ = tokio::time::timeout(CLOSE_TIMEOUT, connection.close(200, reason.into())).await;
     let settled = async {
         while channels.iter().any(|c| c.status().connected()) {
             tokio::time::sleep(Duration::from_millis(5)).await;

@@ -40,7 +40,7 @@ mod subscription;
 mod topology;
 mod url;
 
-pub use connection::{close, connect};
+pub use connection::{CLOSE_TIMEOUT, close, connect};
 pub use dead_letters::{DeadLetters, HEADER_DEAD_LETTER_DETAIL, HEADER_DEAD_LETTER_QUEUE, HEADER_DEAD_LETTER_REASON};
 pub use delivery::Delivery;
 pub use error::Error;
