@@ -81,23 +81,33 @@ async fn assert_applied_once_in_order(db: &TestDb) {
     );
 }
 
+/// Waits until the relay published every event, no consumer running.
+async fn published_with_no_consumer(db: &TestDb) {
+    wait_for("every event published with no consumer running", DEADLINE, || async {
+        equal(count(db, "SELECT count(*) FROM outbox_events WHERE status = 'published'").await, EVENTS)
+    })
+    .await
+    .expect("published");
+}
+
+/// Asserts every event applied once and in order, then stops both sides and cleans up.
+async fn applied_then_stopped(db: TestDb, broker: TestBroker, relay: RelayHandle, consumer: RunnerHandle) {
+    assert_applied_once_in_order(&db).await;
+    consumer.shutdown().await.expect("consumer");
+    relay.shutdown().await.expect("relay");
+    broker.close().await.expect("broker cleanup");
+    db.close().await.expect("database cleanup");
+}
+
 #[tokio::test]
 async fn events_published_before_any_consumer_wait_in_the_queue_the_relay_declared() {
     let (db, broker) = setup().await;
     let topology = broker.topology("orders", "late.consumer");
     let relay = relay(&db, &topology);
     enqueue(&db).await;
-    wait_for("every event published with no consumer running", DEADLINE, || async {
-        equal(count(&db, "SELECT count(*) FROM outbox_events WHERE status = 'published'").await, EVENTS)
-    })
-    .await
-    .expect("published");
+    published_with_no_consumer(&db).await;
     let consumer = consumer(&db, &topology);
-    assert_applied_once_in_order(&db).await;
-    consumer.shutdown().await.expect("consumer");
-    relay.shutdown().await.expect("relay");
-    broker.close().await.expect("broker cleanup");
-    db.close().await.expect("database cleanup");
+    applied_then_stopped(db, broker, relay, consumer).await;
 }
 
 #[tokio::test]
@@ -110,11 +120,7 @@ async fn a_consumer_started_first_declares_what_the_relay_publishes_to() {
         .expect("consuming");
     enqueue(&db).await;
     let relay = relay(&db, &topology);
-    assert_applied_once_in_order(&db).await;
-    consumer.shutdown().await.expect("consumer");
-    relay.shutdown().await.expect("relay");
-    broker.close().await.expect("broker cleanup");
-    db.close().await.expect("database cleanup");
+    applied_then_stopped(db, broker, relay, consumer).await;
 }
 
 #[tokio::test]
@@ -124,15 +130,7 @@ async fn partitions_declared_by_the_relay_deliver_every_entity_in_order() {
     broker.remember_topology(&topology);
     let relay = relay(&db, &topology);
     enqueue(&db).await;
-    wait_for("every event published", DEADLINE, || async {
-        equal(count(&db, "SELECT count(*) FROM outbox_events WHERE status = 'published'").await, EVENTS)
-    })
-    .await
-    .expect("published");
+    published_with_no_consumer(&db).await;
     let consumer = consumer(&db, &topology);
-    assert_applied_once_in_order(&db).await;
-    consumer.shutdown().await.expect("consumer");
-    relay.shutdown().await.expect("relay");
-    broker.close().await.expect("broker cleanup");
-    db.close().await.expect("database cleanup");
+    applied_then_stopped(db, broker, relay, consumer).await;
 }
