@@ -1,7 +1,7 @@
 //! RabbitMQ for the transactional outbox: every line that knows lapin, the AMQP client.
 //!
 //! - Wire contract v1 on AMQP 0-9-1: [`to_properties`] and [`to_wire`] map the broker-neutral
-//!   [`WireMessage`](outbox_types::wire::WireMessage) of `outbox-core` onto lapin's properties and
+//!   [`WireMessage`](outbox_types::wire::WireMessage) of `outbox-types` onto lapin's properties and
 //!   headers and back.
 //! - [`AmqpPublisher`]: the relay's [`Publisher`](outbox_types::Publisher), with publisher confirms,
 //!   `mandatory`, reconnection with back-off and failures classified for the relay.

@@ -14,7 +14,7 @@ use crate::Error;
 ///
 /// Build it once and hand it to both sides: the relay (`RelayBuilder::topology` in
 /// `outbox-relayer`) publishes to its exchange with the routing it implies and declares all of it
-/// on every connection; the consumer (`InboxRunnerBuilder::topology` in `outbox-consumer`)
+/// on every connection; the consumer (`InboxRunnerBuilder::topology` in `outbox-inbox`)
 /// consumes its queues, dead-letters to its exchange and declares all of it on every connection.
 /// So either may start first, and no event is returned as unroutable because the consumer's queue
 /// did not exist yet. Declaring is idempotent; a queue already declared with other arguments (for

@@ -22,7 +22,8 @@
 --           it first waits for a notification; while it waits it holds an advisory lock, which
 --           needs no privilege); the sequence outbox_relay_wait_hint: SELECT, UPDATE (a waiting
 --           relay keeps it ahead of the clock); outbox_idempotency_keys: SELECT, UPDATE, DELETE (retention of
---           expired keys); _outbox_migrations: SELECT (its start-up check); the sequence of
+--           expired keys); _outbox_migrations: SELECT (its start-up check); outbox_replay_jobs:
+--           SELECT, INSERT, UPDATE (`outbox replay` run as this role); the sequence of
 --           outbox_events.position: SELECT (the claim's low water reads the last position drawn).
 --           LISTEN needs no privilege. VACUUM needs the table's ownership (PostgreSQL 17 and later:
 --           the MAINTAIN privilege, granted below on those versions). On older servers run the relay
@@ -90,7 +91,8 @@ DECLARE
     roles text[] := ARRAY[current_setting('outbox.relay_role'), current_setting('outbox.consumer_role'),
                           current_setting('outbox.producer_role')];
     tables text[] := ARRAY['outbox_events', 'outbox_entity_sequences', 'outbox_relay_listeners',
-                           'outbox_idempotency_keys', '_outbox_migrations', 'inbox_events', 'inbox_entities'];
+                           'outbox_idempotency_keys', '_outbox_migrations', 'outbox_replay_jobs', 'inbox_events',
+                           'inbox_entities'];
     g record;
 BEGIN
     FOR g IN SELECT t.tbl, r.role FROM unnest(tables) AS t(tbl), unnest(roles) AS r(role)
@@ -103,6 +105,7 @@ BEGIN
         ('outbox_relay_listeners',  roles[1], 'SELECT, INSERT, UPDATE, DELETE'),
         ('outbox_idempotency_keys', roles[1], 'SELECT, UPDATE, DELETE'),
         ('_outbox_migrations',      roles[1], 'SELECT'),
+        ('outbox_replay_jobs',      roles[1], 'SELECT, INSERT, UPDATE'),
         ('inbox_events',            roles[2], 'SELECT, INSERT, UPDATE, DELETE'),
         ('inbox_entities',          roles[2], 'SELECT, INSERT, UPDATE'),
         ('outbox_events',           roles[3], 'INSERT'),

@@ -17,21 +17,16 @@ pub(crate) use repair::{CleanupArgs, EventsCommand, InboxCommand, QuarantineComm
 #[path = "args/grant.rs"]
 mod grant;
 pub(crate) use grant::GrantArgs;
+#[path = "args/values.rs"]
+mod values;
+pub(crate) use values::{MAX_BATCH_SIZE, MAX_PARTITIONS};
+#[cfg(test)]
+use values::{MAX_DURATION, MIN_DURATION};
+use values::{in_bounds, seconds};
+#[path = "args/replay.rs"]
+pub(crate) mod replay;
+pub(crate) use replay::ReplayCommand;
 
-/// The longest duration a flag accepts: one day. No lease, timeout, deadline or polling interval
-/// worth having is longer, so a larger value is a mistake (milliseconds typed as seconds, a
-/// missing decimal point). The bound also keeps every deadline the relay computes from these
-/// values (now + lease, a PostgreSQL `interval`) far from overflowing.
-pub(crate) const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
-/// The shortest duration a flag accepts: 1 ms, the relay's resolution; a smaller one would round
-/// down to zero.
-pub(crate) const MIN_DURATION: Duration = Duration::from_millis(1);
-/// At most 10,000 partitions: each is a queue for the consumers, and RabbitMQ is not built for
-/// more queues than that per routing scheme.
-pub(crate) const MAX_PARTITIONS: u64 = 10_000;
-/// At most 100,000 rows per claim: one claim is one statement and one transaction; larger ones
-/// hold their locks and their memory for minutes.
-pub(crate) const MAX_BATCH_SIZE: u64 = 100_000;
 /// At most 1,000,000 messages awaiting confirms: the relay keeps each in memory until its confirm.
 pub(crate) const MAX_CONFIRM_WINDOW: u64 = 1_000_000;
 /// At most 10^12 rows between vacuums: more than any table will publish, so a larger value is a
@@ -93,6 +88,12 @@ pub(crate) enum Command {
     Inbox {
         #[command(subcommand)]
         command: InboxCommand,
+    },
+    /// Send published events again, as recorded jobs (to a consumer that joined late, lost its
+    /// database or had a bug): start (with --dry-run to count), list, show, pause, resume, cancel.
+    Replay {
+        #[command(subcommand)]
+        command: ReplayCommand,
     },
     /// Delete old published outbox rows (and, with --inbox, a consumer's old processed event ids)
     /// in bounded batches, with progress; never a waiting, claimed, held, quarantined or parked row.
@@ -277,35 +278,11 @@ pub(crate) fn one_line(error: &clap::Error) -> String {
     first.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" ")
 }
 
-/// A number of seconds (decimals allowed) between [`MIN_DURATION`] and [`MAX_DURATION`].
-fn seconds(text: &str) -> Result<Duration, String> {
-    let secs: f64 = text.trim().parse().map_err(|_| "expected a number of seconds".to_owned())?;
-    in_bounds(secs, "seconds", 1.0)
-}
-
-/// A whole number of milliseconds between [`MIN_DURATION`] and [`MAX_DURATION`].
+/// A whole number of milliseconds between 1 ms and one day (`values::MIN_DURATION`, `MAX_DURATION`).
 fn milliseconds(text: &str) -> Result<Duration, String> {
     let ms: u64 = text.trim().parse().map_err(|_| "expected a whole number of milliseconds".to_owned())?;
     // Exact up to 2^53; anything that large is refused as over a day anyway.
     in_bounds(ms as f64, "milliseconds", 0.001)
-}
-
-/// `value` (in units of `unit_secs` seconds, named `unit`) as a duration within the bounds.
-fn in_bounds(value: f64, unit: &str, unit_secs: f64) -> Result<Duration, String> {
-    let (min, max) = (MIN_DURATION.as_secs_f64() / unit_secs, MAX_DURATION.as_secs_f64() / unit_secs);
-    if !value.is_finite() {
-        return Err(format!("must be a finite number of {unit}"));
-    }
-    if value <= 0.0 {
-        return Err("must be greater than 0".to_owned());
-    }
-    if value > max {
-        return Err(format!("must be at most {max} {unit} (one day)"));
-    }
-    if value < min {
-        return Err(format!("must be at least {min} {unit}"));
-    }
-    Duration::try_from_secs_f64(value * unit_secs).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

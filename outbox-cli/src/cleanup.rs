@@ -3,15 +3,14 @@
 //! the same time share the work), with a progress bar on a terminal and plain progress lines
 //! otherwise, and the rate at the end.
 
-use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
-use indicatif::{ProgressBar, ProgressStyle};
 use outbox_ops::Retention;
 use sqlx::PgPool;
 
 use crate::args::CleanupArgs;
 use crate::error::CliError;
+use crate::progress::Progress;
 
 /// Old final outbox rows, counted through the index of final rows by time.
 const OUTBOX_PRUNABLE: &str = "\
@@ -44,7 +43,7 @@ pub(crate) async fn run(pool: &PgPool, args: CleanupArgs) -> Result<(), CliError
     };
     let inbox = match (&args.inbox, args.dedup_window) {
         (Some(consumer), Some(window)) => {
-            let n = outbox_consumer::retention::prunable(pool, consumer, window).await?;
+            let n = outbox_inbox::retention::prunable(pool, consumer, window).await?;
             Some((consumer.clone(), window, n))
         }
         _ => None,
@@ -101,7 +100,7 @@ where
     Fut: Future<Output = Result<u64, CliError>>,
 {
     let started = Instant::now();
-    let progress = Progress::new(what, u64::try_from(expected).unwrap_or(0));
+    let progress = Progress::new(&format!("deleting {what}"), "deleted", what, u64::try_from(expected).unwrap_or(0));
     let deleted = delete(progress.clone()).await;
     progress.finish();
     let deleted = deleted?;
@@ -115,7 +114,7 @@ where
 /// Clears the payloads retention's scrubbing age allows, batch after batch; prints how many.
 async fn scrub(pool: &PgPool, retention: &Retention, expected: i64, json: bool) -> Result<u64, CliError> {
     let started = Instant::now();
-    let progress = Progress::new("payloads (scrub)", u64::try_from(expected).unwrap_or(0));
+    let progress = Progress::new("scrubbing payloads", "scrubbed", "payloads", u64::try_from(expected).unwrap_or(0));
     let mut total = 0;
     loop {
         let n = retention.scrub_batch(pool).await;
@@ -160,53 +159,11 @@ async fn inbox_ids(
 ) -> Result<u64, CliError> {
     let mut total = 0;
     loop {
-        let n = outbox_consumer::retention::prune(pool, consumer, window, batch).await?;
+        let n = outbox_inbox::retention::prune(pool, consumer, window, batch).await?;
         total += n;
         progress.advance(n);
         if n == 0 {
             return Ok(total);
-        }
-    }
-}
-
-/// Progress on stderr: a bar on a terminal, otherwise a line every 10 % (and at the end).
-#[derive(Clone)]
-struct Progress {
-    bar: Option<ProgressBar>,
-    what: String,
-    expected: u64,
-    done: std::sync::Arc<std::sync::atomic::AtomicU64>,
-}
-
-impl Progress {
-    fn new(what: &str, expected: u64) -> Self {
-        let bar = std::io::stderr().is_terminal().then(|| {
-            let bar = ProgressBar::new(expected);
-            let style = ProgressStyle::with_template("{msg} {bar:40} {pos}/{len} ({per_sec}, {eta})")
-                .unwrap_or_else(|_| ProgressStyle::default_bar());
-            bar.set_style(style);
-            bar.set_message(format!("deleting {what}"));
-            bar
-        });
-        Self { bar, what: what.to_owned(), expected, done: Default::default() }
-    }
-
-    fn advance(&self, n: u64) {
-        use std::sync::atomic::Ordering;
-        let before = self.done.fetch_add(n, Ordering::Relaxed);
-        let after = before + n;
-        match &self.bar {
-            Some(bar) => bar.inc(n),
-            None if self.expected > 0 && after * 10 / self.expected > before * 10 / self.expected => {
-                eprintln!("deleted {after} of {} {}", self.expected, self.what);
-            }
-            None => {}
-        }
-    }
-
-    fn finish(&self) {
-        if let Some(bar) = &self.bar {
-            bar.finish_and_clear();
         }
     }
 }

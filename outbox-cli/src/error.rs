@@ -100,6 +100,18 @@ pub(crate) enum CliError {
     /// The metrics recorder cannot be installed.
     #[error("cannot install the metrics recorder: {0}")]
     Metrics(String),
+    /// No broker URL in the flags or the environment.
+    #[error("AMQP_URL is not set (or pass --amqp-url)")]
+    NoAmqpUrl,
+    /// No replay job has this id.
+    #[error("no replay job {0} (see `outbox replay list --all`)")]
+    NoSuchJob(uuid::Uuid),
+    /// A replay job was not in a state the command could change.
+    #[error("replay job {0} is {1}: nothing was changed")]
+    JobState(uuid::Uuid, String),
+    /// A replay could not send everything it selected (what is listed above).
+    #[error("replay job {0}: {1}")]
+    ReplayIncomplete(String, String),
     /// The signal handlers could not be installed.
     #[error("signal handler: {0}")]
     Signal(#[from] std::io::Error),
@@ -110,8 +122,8 @@ pub(crate) fn one_line(message: &str) -> String {
     message.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-impl From<outbox_consumer::Error> for CliError {
-    fn from(e: outbox_consumer::Error) -> Self {
+impl From<outbox_inbox::Error> for CliError {
+    fn from(e: outbox_inbox::Error) -> Self {
         Self::Inbox(e.to_string())
     }
 }

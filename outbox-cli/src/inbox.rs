@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use outbox_consumer::admin::{self, Requested};
+use outbox_inbox::admin::{self, Requested};
 use outbox_types::EventId;
 use serde_json::{Value, json};
 use sqlx::PgPool;

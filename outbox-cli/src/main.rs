@@ -36,9 +36,11 @@ mod grant;
 mod inbox;
 mod logging;
 mod migrate;
+mod progress;
 mod quarantine;
 mod reconcile;
 mod relay;
+mod replay;
 mod retry;
 mod schema;
 mod serve;
@@ -106,6 +108,12 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Reconcile(args) => {
             let pool = outbox_pool(options, timeout).await?;
             let outcome = reconcile::run(&pool, args).await;
+            pool.close().await;
+            outcome
+        }
+        Command::Replay { command } => {
+            let pool = outbox_pool(options.clone(), timeout).await?;
+            let outcome = replay::run(&pool, options, command).await;
             pool.close().await;
             outcome
         }

@@ -14,7 +14,7 @@ pub(crate) async fn run(pool: &PgPool, outbox_only: bool, inbox_only: bool) -> R
         tracing::info!("outbox tables are up to date");
     }
     if !outbox_only {
-        outbox_consumer::migrate(pool).await?;
+        outbox_inbox::migrate(pool).await?;
         tracing::info!("inbox tables are up to date");
     }
     Ok(())

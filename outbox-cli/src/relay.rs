@@ -57,7 +57,7 @@ async fn start_and_run(
 
 /// The payload keys (`id:base64key,...`, the newest first), read from the environment only so that
 /// no key is ever on a command line.
-const PAYLOAD_KEYS: &str = "OUTBOX_PAYLOAD_KEYS";
+pub(crate) const PAYLOAD_KEYS: &str = "OUTBOX_PAYLOAD_KEYS";
 
 fn relay(db: PgConnectOptions, publisher: AmqpPublisher, args: RelayArgs) -> Result<Relay<AmqpPublisher>, CliError> {
     let retention = retention(&args)?;

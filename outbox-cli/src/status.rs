@@ -1,13 +1,14 @@
 //! `outbox status`: the outbox at a glance, from the same index-served statements as the relays'
 //! gauges (so it stays cheap on a big table), what holds back the database's xmin horizon (the
-//! oldest snapshot another session holds, a replication slot), and each inbox consumer's gaps and
-//! failed events when this database holds inbox tables. A table for people, or one JSON object
-//! (`--json`).
+//! oldest snapshot another session holds, a replication slot), the replay jobs not finished, and
+//! each inbox consumer's gaps and failed events when this database holds inbox tables. A table for
+//! people, or one JSON object (`--json`).
 
 use std::time::Duration;
 
-use outbox_consumer::admin::InboxBacklog;
+use outbox_inbox::admin::InboxBacklog;
 use outbox_ops::admin::{Activity, Backlog};
+use outbox_ops::replay::ReplayJob;
 use outbox_ops::{HeldSlot, HeldSnapshot, Horizon};
 use serde_json::{Value, json};
 use sqlx::{PgConnection, PgPool};
@@ -20,6 +21,8 @@ struct Report {
     activity: Activity,
     /// Each inbox consumer of this database, with its backlog; `None` without inbox tables.
     inbox: Option<Vec<(String, InboxBacklog)>>,
+    /// The replay jobs not finished (running, paused, failed).
+    replays: Vec<ReplayJob>,
 }
 
 /// Prints the outbox's state.
@@ -31,7 +34,8 @@ pub(crate) async fn run(mut conn: PgConnection, pool: &PgPool, json: bool) -> Re
     let backlog = outbox_ops::admin::backlog(&mut conn).await?;
     let activity = outbox_ops::admin::activity(&mut conn).await?;
     let inbox = inbox(&mut conn, pool).await?;
-    let report = Report { backlog, activity, inbox };
+    let replays = outbox_ops::replay::jobs(pool, true, 20).await?;
+    let report = Report { backlog, activity, inbox, replays };
     if json {
         println!("{}", to_json(&report));
     } else {
@@ -48,8 +52,8 @@ async fn inbox(conn: &mut PgConnection, pool: &PgPool) -> Result<Option<Vec<(Str
         return Ok(None);
     }
     let mut consumers = Vec::new();
-    for consumer in outbox_consumer::admin::consumers(pool).await? {
-        let backlog = outbox_consumer::admin::backlog(pool, &consumer).await?;
+    for consumer in outbox_inbox::admin::consumers(pool).await? {
+        let backlog = outbox_inbox::admin::backlog(pool, &consumer).await?;
         consumers.push((consumer, backlog));
     }
     Ok(Some(consumers))
@@ -87,6 +91,7 @@ fn to_json(r: &Report) -> Value {
             "oldest_parked_age_seconds": i.oldest_parked_age_seconds,
             "failed": i.failed,
         })).collect::<Vec<_>>()),
+        "replay_jobs": r.replays.iter().map(crate::replay::job_json).collect::<Vec<_>>(),
     })
 }
 
@@ -189,6 +194,11 @@ fn to_text(r: &Report) -> String {
     for c in &r.activity.claims {
         let until = c.lease_until.1.format("%Y-%m-%dT%H:%M:%SZ");
         let _ = writeln!(out, "  {:<32} {:>8} {:>8}  {until}", c.owner, c.rows, c.expired);
+    }
+    let _ =
+        writeln!(out, "\nreplay jobs{}", if r.replays.is_empty() { ": none running, paused or failed" } else { "" });
+    for job in &r.replays {
+        let _ = writeln!(out, "  {}", crate::replay::job_line(job));
     }
     match &r.inbox {
         None => out.push_str("\ninbox: no inbox tables in this database\n"),

@@ -13,8 +13,10 @@
 //!   old payloads, forgets expired idempotency keys.
 //! - [`reconcile`]: compares the business changes with the outbox, the broker's deliveries and a
 //!   consumer's inbox ([`Reconciliation`], a [`ReconciliationReport`]).
+//! - [`replay`]: the record of replay jobs (published events sent again) and what they select;
+//!   the relay's crate sends them.
 //!
-//! Its users are the `outbox` command (`status`, `events`, `quarantine`, `cleanup`, `reconcile`),
+//! Its users are the `outbox` command (`status`, `events`, `quarantine`, `cleanup`, `reconcile`, `replay`),
 //! the relay (its gauges, the re-check of held rows and the retention it can run) and the testkit
 //! (its reconciliation). It reads and writes the tables that `outbox-producer`'s migrations create
 //! and has no broker client.
@@ -47,6 +49,7 @@ mod events;
 mod horizon;
 mod metrics;
 pub mod reconcile;
+pub mod replay;
 mod retention;
 mod stats;
 

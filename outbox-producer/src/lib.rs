@@ -1,7 +1,7 @@
 //! The producer side of the transactional outbox.
 //!
 //! A service writes its business change and its events in one PostgreSQL transaction with
-//! [`Outbox::enqueue`]; the relay (crate `outbox-relay`) publishes them to the broker. This crate
+//! [`Outbox::enqueue`]; the relay (crate `outbox-relayer`) publishes them to the broker. This crate
 //! holds what a producing service links to write events, and no broker client: enqueueing
 //! (idempotency keys, sealed payloads) and the outbox migrations. The operator side (the operator
 //! API over the outbox tables, retention, reconciliation) is the crate `outbox-ops`.
@@ -9,7 +9,7 @@
 //! With the cargo feature `otel` (off by default), an event enqueued without a `traceparent` gets
 //! the W3C trace context of its `outbox.enqueue` span when that span has an OpenTelemetry context
 //! (a `tracing-opentelemetry` layer is installed), so the trace of the request that wrote it goes
-//! on through the relay (`outbox-relay`'s `otel`) to the consumer (`outbox-consumer`'s `otel`). A
+//! on through the relay (`outbox-relayer`'s `otel`) to the consumer (`outbox-inbox`'s `otel`). A
 //! `traceparent` set with [`NewEvent::traceparent`](outbox_types::NewEvent::traceparent) is kept.
 //!
 //! ```no_run

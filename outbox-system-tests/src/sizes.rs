@@ -22,7 +22,7 @@ pub struct Tiered<T> {
     pub long: T,
 }
 
-/// The relay through outages of its servers (`outbox-relay`'s `outages`): the fault lands once a
+/// The relay through outages of its servers (`outbox-relayer`'s `outages`): the fault lands once a
 /// tenth of the backlog is out, and more than a confirm window (400) must still go out after it
 /// (each test fails, saying so, if the fault landed too late on a fast host).
 pub const OUTAGE_BACKLOG: Tiered<Load> =
@@ -32,7 +32,7 @@ pub const OUTAGE_BACKLOG: Tiered<Load> =
 /// retry policy's `max_age` (2 s) that an outage charged to the events would exceed.
 pub const BROKER_OUTAGE: Tiered<Duration> = Tiered { fast: Duration::from_secs(6), long: Duration::from_secs(15) };
 
-/// A backlog committed while no relay runs, then drained in entity order (`outbox-relay`'s
+/// A backlog committed while no relay runs, then drained in entity order (`outbox-relayer`'s
 /// `relay`); plus `entities / 2` events without entity.
 pub const RELAY_BACKLOG: Tiered<Load> =
     Tiered { fast: Load { entities: 200, per_entity: 10 }, long: Load { entities: 1000, per_entity: 50 } };
@@ -51,8 +51,22 @@ pub const THREE_RELAYS_BACKLOG: Tiered<Load> =
 pub const SCENARIO_BACKLOG: Tiered<Load> =
     Tiered { fast: Load { entities: 1000, per_entity: 5 }, long: Load { entities: 1000, per_entity: 50 } };
 
+/// An `outbox replay` process killed mid-job, then resumed (`outbox-cli`'s `replay`): at 2,000
+/// events a second, the kill comes once a quarter is sent.
+pub const REPLAY_PROCESS_BACKLOG: Tiered<Load> =
+    Tiered { fast: Load { entities: 100, per_entity: 30 }, long: Load { entities: 200, per_entity: 50 } };
+
+/// A consumer that joins late, bootstrapped by a replay while half the events are still being
+/// written (`outbox-system-tests`' `replay`): the long tier is issue 31's acceptance size.
+pub const REPLAY_BOOTSTRAP: Tiered<Load> =
+    Tiered { fast: Load { entities: 100, per_entity: 20 }, long: Load { entities: 200, per_entity: 50 } };
+
+/// A replay to a consumer that applied every event: dropped as duplicates (one size: the property
+/// does not grow with it).
+pub const REPLAY_DUPLICATES: Load = Load { entities: 20, per_entity: 25 };
+
 /// Writers committing business changes with their events while the relay publishes them over
-/// partitions and two consumers apply them (`outbox-consumer`'s `partitions`).
+/// partitions and two consumers apply them (`outbox-inbox`'s `partitions`).
 pub const PARTITIONED_WRITES: Tiered<Writes> =
     Tiered { fast: Writes { writers: 8, per_writer: 250 }, long: Writes { writers: 8, per_writer: 1250 } };
 
@@ -70,7 +84,7 @@ pub const CLOSES: Tiered<usize> = Tiered { fast: 25, long: 100 };
 /// (`outbox-cli`'s `cleanup`): several batches of the default size, a few seconds.
 pub const CLEANUP_OLD_ROWS: i64 = 100_000;
 
-/// Old published rows three relays delete while they publish (`outbox-relay`'s `retention`).
+/// Old published rows three relays delete while they publish (`outbox-relayer`'s `retention`).
 pub const RETENTION_OLD_ROWS: i64 = 30_000;
 
 /// The three-node cluster test's backlog (long tier only: starting three RabbitMQ nodes takes

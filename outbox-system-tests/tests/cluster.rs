@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use lapin::options::{BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions};
-use outbox_consumer::{HandlerError, InboxLayer, InboxRequest, InboxRunner, QueueType, RunnerHandle, Topology};
+use outbox_inbox::{HandlerError, InboxLayer, InboxRequest, InboxRunner, QueueType, RunnerHandle, Topology};
 use outbox_relayer::{AmqpPublisher, Partitioned, Relay, RelayHandle};
 use outbox_system_tests::sizes::CLUSTER_BACKLOG;
 use outbox_system_tests::{count, fill};
@@ -46,10 +46,10 @@ async fn topology(url: &str) -> (Topology, String) {
     let channel = connection.create_channel().await.expect("channel");
     outbox_amqp::declare_exchange(&channel, EXCHANGE, ExchangeKind::Topic).await.expect("exchange");
     let partitions =
-        outbox_consumer::declare_partitions_as(&channel, QueueType::Quorum, EXCHANGE, "shipping", "partition.", 4)
+        outbox_inbox::declare_partitions_as(&channel, QueueType::Quorum, EXCHANGE, "shipping", "partition.", 4)
             .await
             .expect("partitions");
-    let audit = outbox_consumer::declare_queue_as(&channel, QueueType::Quorum, EXCHANGE, "audit", &["#"])
+    let audit = outbox_inbox::declare_queue_as(&channel, QueueType::Quorum, EXCHANGE, "audit", &["#"])
         .await
         .expect("audit queue");
     connection.close(200, "declared".into()).await.expect("close");

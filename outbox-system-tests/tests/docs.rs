@@ -9,12 +9,12 @@ use std::path::{Path, PathBuf};
 
 /// The published crates' folders.
 const PUBLISHED: [&str; 8] = [
-    "outbox-core",
+    "outbox-types",
     "outbox-producer",
     "outbox-ops",
     "outbox-amqp",
-    "outbox-relay",
-    "outbox-consumer",
+    "outbox-relayer",
+    "outbox-inbox",
     "outbox-testkit",
     "outbox-cli",
 ];

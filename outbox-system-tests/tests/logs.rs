@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use outbox_consumer::{HandlerError, InboxRequest};
+use outbox_inbox::{HandlerError, InboxRequest};
 use outbox_ops::admin;
 use outbox_testkit::{Harness, LogCapture, wait_for};
 use outbox_types::NewEvent;

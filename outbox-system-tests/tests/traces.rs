@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use opentelemetry::trace::{SpanContext, TraceContextExt, TraceId, TracerProvider as _};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
-use outbox_consumer::{HandlerError, InboxRequest};
+use outbox_inbox::{HandlerError, InboxRequest};
 use outbox_producer::Outbox;
 use outbox_testkit::{Harness, TestDb, wait_for};
 use outbox_types::NewEvent;

@@ -46,7 +46,7 @@ impl TestDb {
     pub async fn new() -> Result<Self> {
         let db = Self::empty().await?;
         outbox_producer::migrate(&db.pool).await?;
-        outbox_consumer::migrate(&db.pool).await?;
+        outbox_inbox::migrate(&db.pool).await?;
         Ok(db)
     }
 

@@ -19,7 +19,7 @@ pub enum Error {
     Relay(#[from] outbox_relayer::Error),
     /// The consumer side failed.
     #[error("consumer error: {0}")]
-    Consumer(#[from] outbox_consumer::Error),
+    Consumer(#[from] outbox_inbox::Error),
     /// RabbitMQ failed (a raw operation of the test broker).
     #[error("broker error: {0}")]
     Amqp(#[from] lapin::Error),

@@ -32,7 +32,7 @@
 //! - [`SnapshotHolder`]: a session idle in a transaction that holds an old snapshot, as a long
 //!   report does, holding back vacuum (for tests of what `outbox_ops::horizon` shows).
 //! - Crash points: its `fail-points` feature enables those of the relay and the consumer runner
-//!   (`outbox_relayer::CrashPoint`, `outbox_consumer::CrashPoint`); the crates whose tests arm them turn
+//!   (`outbox_relayer::CrashPoint`, `outbox_inbox::CrashPoint`); the crates whose tests arm them turn
 //!   it on in their dev-dependencies, so no release build compiles them in.
 //!
 //! The ten failure scenarios of the design (rollback, broker down, relay crashes before and after
@@ -92,6 +92,8 @@ mod guides {
     mod ordering {}
     #[doc = include_str!("../../docs/quarantine.md")]
     mod quarantine {}
+    #[doc = include_str!("../../docs/replay.md")]
+    mod replay {}
     #[doc = include_str!("../../docs/retention.md")]
     mod retention {}
     #[doc = include_str!("../../docs/scaling.md")]

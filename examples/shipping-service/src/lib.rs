@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use outbox_consumer::{HandlerError, InboxLayer, InboxRequest, InboxRunner, RunnerHandle, Topology};
+use outbox_inbox::{HandlerError, InboxLayer, InboxRequest, InboxRunner, RunnerHandle, Topology};
 use serde::Deserialize;
 use sqlx::PgPool;
 use sqlx::migrate::MigrateDatabase;
@@ -65,7 +65,7 @@ pub async fn migrate(pool: &PgPool) -> Result<(), BoxError> {
 }
 
 async fn migrate_locked(pool: &PgPool) -> Result<(), BoxError> {
-    outbox_consumer::migrate(pool).await?;
+    outbox_inbox::migrate(pool).await?;
     sqlx::query(
         "CREATE TABLE IF NOT EXISTS shipments (
              n bigserial PRIMARY KEY, order_id bigint NOT NULL, version bigint NOT NULL, status text NOT NULL,
@@ -102,7 +102,7 @@ pub async fn start(
     queue_base: &str,
     partitions: u32,
     gauge_interval: Option<Duration>,
-) -> Result<(RunnerHandle, Topology), outbox_consumer::Error> {
+) -> Result<(RunnerHandle, Topology), outbox_inbox::Error> {
     // Declared now, so the queues exist when this returns; the runner declares it again on every
     // connection, and so does the orders service's relay.
     let topology = Topology::partitioned(exchange, queue_base, partitions);

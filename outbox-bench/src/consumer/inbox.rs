@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use outbox_consumer::RunnerStats;
+use outbox_inbox::RunnerStats;
 use outbox_testkit::TestDb;
 use outbox_types::wire::WireMessage;
 use tokio::time::Instant;

@@ -4,7 +4,7 @@
 //!
 //! One run, one fresh database ([`TestDb`], with the inbox migrations and a business table
 //! `shipments`) and one broker topology ([`TestBroker`], deleted at the end): a durable topic
-//! exchange and a durable queue declared as a consumer declares it ([`outbox_consumer::declare_queue`]:
+//! exchange and a durable queue declared as a consumer declares it ([`outbox_inbox::declare_queue`]:
 //! dead-letter exchange and queue), bound with `order.updated`, plus a second queue of the same
 //! kind bound with `order.replayed` for the duplicates. Every message is wire contract v1 of the
 //! producer benchmark's ~300-byte JSON payload, with its own event id, an entity key and a sequence
@@ -18,9 +18,9 @@
 //!    its own (no multiple-ack; the acks are not awaited one by one): the ceiling. The clock runs from its
 //!    connecting to the broker to its last ack; afterwards the queue must be empty.
 //! 2. `inbox`: fill the queue again with as many fresh events, then start a consumer process
-//!    (`outbox-bench consumer-process`): an [`InboxRunner`](outbox_consumer::InboxRunner) with the
+//!    (`outbox-bench consumer-process`): an [`InboxRunner`](outbox_inbox::InboxRunner) with the
 //!    runner's default prefetch and concurrency and a pool of one connection per concurrent
-//!    delivery, feeding an [`InboxLayer`](outbox_consumer::InboxLayer) around a handler that
+//!    delivery, feeding an [`InboxLayer`](outbox_inbox::InboxLayer) around a handler that
 //!    upserts the entity's row of `shipments` (order id, total, status, version = the event's
 //!    sequence, and a count of applications) in the inbox's transaction, and refuses an event whose
 //!    sequence does not follow the stored version. The clock runs from the process saying it is

@@ -1,7 +1,7 @@
 //! The consumer process, the hidden command `consumer-process`: inbox runners applying events to
 //! `shipments` in a process of their own, answering the benchmark's requests on standard input.
 
-use outbox_consumer::{InboxLayer, InboxRunner};
+use outbox_inbox::{InboxLayer, InboxRunner};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tower::Layer;
 

@@ -1,7 +1,7 @@
 //! The consumer's settings in every phase: the runner's defaults, the consumer process's pool, the
 //! inbox's consumer name and how the process's connections are found.
 
-use outbox_consumer::InboxRunnerBuilder;
+use outbox_inbox::InboxRunnerBuilder;
 
 /// Unacknowledged deliveries the broker sends ahead: the runner's default, used by both consumers.
 pub(super) const PREFETCH: u16 = InboxRunnerBuilder::<()>::DEFAULT_PREFETCH;

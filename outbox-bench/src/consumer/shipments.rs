@@ -1,7 +1,7 @@
 //! The business tables and the handlers that write them in the inbox's transaction: `shipments`,
 //! one row per order moved to each event's version, and `shipment_log`, one row inserted per event.
 
-use outbox_consumer::{HandlerError, InboxRequest};
+use outbox_inbox::{HandlerError, InboxRequest};
 
 /// The business table the handler writes.
 pub(crate) const CREATE_SHIPMENTS: &str = "\

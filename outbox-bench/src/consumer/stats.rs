@@ -2,7 +2,7 @@
 //! exchanges with the benchmark, the counts as one line, their sum over runners, and how many
 //! deliveries they account for.
 
-use outbox_consumer::{RunnerHandle, RunnerStats};
+use outbox_inbox::{RunnerHandle, RunnerStats};
 
 /// Request: the runner's counts, answered as one [`format_stats`] line.
 pub(super) const STATS: &str = "stats";

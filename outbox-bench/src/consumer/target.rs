@@ -18,7 +18,7 @@ pub(super) struct Target<'a> {
     pub(super) replay: &'a str,
 }
 
-/// Declares queue `name` as a consumer declares it ([`outbox_consumer::declare_queue`]: with a
+/// Declares queue `name` as a consumer declares it ([`outbox_inbox::declare_queue`]: with a
 /// dead-letter exchange `<name>.dlx` and queue `<name>.dead`), bound to `exchange` with `key`. All
 /// three are remembered first, so that the broker's close deletes whatever was declared, even if a
 /// declaration fails.
@@ -27,7 +27,7 @@ pub(crate) async fn declare_queue(broker: &TestBroker, exchange: &str, name: &st
     broker.remember_queue(&format!("{name}.dead"));
     broker.remember_exchange(&format!("{name}.dlx"));
     let keys = [key];
-    let declared = outbox_consumer::declare_queue(broker.channel(), exchange, name, &keys);
+    let declared = outbox_inbox::declare_queue(broker.channel(), exchange, name, &keys);
     within(format_args!("the declaration of queue {name}"), FLOOR, declared).await?;
     Ok(())
 }

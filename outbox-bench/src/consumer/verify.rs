@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use outbox_consumer::RunnerStats;
+use outbox_inbox::RunnerStats;
 use sqlx::PgPool;
 
 use super::plan::Plan;

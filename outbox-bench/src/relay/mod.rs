@@ -33,6 +33,10 @@
 //! 5. `quorum`: phases 1 and 2 again with a quorum queue (on the shared node) in place of the
 //!    classic one, the ceiling measured on the quorum queue too: what a cluster's queue type costs.
 //!
+//! On request (`OUTBOX_BENCH_RELAY_PHASES=<name>`): `gauges`, `sealed` (what each costs), `replay`
+//! (a replay's rate beside the relay's drain of the same backlog, and the live latency while a
+//! rate-limited replay runs), `retention`.
+//!
 //! Before every drain the table is brought to a comparable state, the one a backlog that built up
 //! while the relay was down has where autovacuum runs: `VACUUM ANALYZE`, then `CHECKPOINT`. Every
 //! drain has a time limit ([`Plan::new`]) well above what a relay near its targets needs; a drain
@@ -45,7 +49,7 @@
 //! concern per file: the sizes and durations of a run (`plan`), where every phase publishes and
 //! consumes (`target`), the consumer attached in every phase (`arrivals`), the broker's ceiling
 //! (`ceiling`), filling a backlog (`fill`), draining it and reporting the drain (`drain`), the
-//! latency phase (`latency`), the retention phase (`retention`), the relay's settings
+//! latency phase (`latency`), the replay phase (`replay`), the retention phase (`retention`), the relay's settings
 //! (`settings`), a relay in-process (`in_process`) and the relay process, the hidden command
 //! `relay-process` (`process`).
 
@@ -57,6 +61,7 @@ mod in_process;
 mod latency;
 mod plan;
 mod process;
+mod replay;
 mod retention;
 mod settings;
 mod target;
@@ -143,6 +148,9 @@ async fn bench(broker: &TestBroker, plan: Plan) -> Result<(), BoxError> {
     }
     if asked_for("sealed") {
         in_phase("sealed", sealed_phase(target, plan)).await?;
+    }
+    if asked_for("replay") {
+        in_phase("replay", replay::replay_phase(broker, target, plan)).await?;
     }
     if asked_for("retention") {
         let old = if plan.drain.events < 100_000 { 100_000 } else { 1_000_000 };

@@ -11,7 +11,7 @@
 //! every sample. Each run has a queue of its own, deleted at the end: left bound to the exchange, it
 //! would take a copy of every message of the later runs, and the broker would hold millions.
 
-use outbox_consumer::RunnerStats;
+use outbox_inbox::RunnerStats;
 use outbox_testkit::{TestBroker, TestDb};
 use tokio::time::Instant;
 

@@ -87,7 +87,7 @@ pub(crate) enum QuarantineCommand {
     },
 }
 
-fn event_id(text: &str) -> Result<uuid::Uuid, String> {
+pub(crate) fn event_id(text: &str) -> Result<uuid::Uuid, String> {
     uuid::Uuid::parse_str(text.trim()).map_err(|_| "expected an event id (a UUID)".to_owned())
 }
 

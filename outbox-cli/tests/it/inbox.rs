@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use crate::support::output as run;
-use outbox_consumer::{HandlerError, InboxLayer, InboxRequest, InboxRunner};
+use outbox_inbox::{HandlerError, InboxLayer, InboxRequest, InboxRunner};
 use outbox_testkit::{Harness, wait_for};
 use outbox_types::{Event, NewEvent};
 use sqlx::PgPool;
@@ -75,7 +75,7 @@ async fn wait_applied(pool: &PgPool, entity: &str, expected: &[i64]) {
 async fn an_operator_repairs_an_inbox_that_its_running_consumer_then_applies() {
     let h = Harness::builder().defer_relay().start().await.expect("harness");
     let pool = h.pool().clone();
-    outbox_consumer::migrate(&pool).await.expect("inbox tables");
+    outbox_inbox::migrate(&pool).await.expect("inbox tables");
     sqlx::query("CREATE TABLE effects (id bigserial PRIMARY KEY, entity text NOT NULL, seq bigint NOT NULL)")
         .execute(&pool)
         .await
@@ -152,7 +152,7 @@ async fn an_operator_repairs_an_inbox_that_its_running_consumer_then_applies() {
 async fn inbox_commands_refuse_what_they_cannot_use() {
     let h = Harness::builder().defer_relay().start().await.expect("harness");
     let url = h.db().url();
-    outbox_consumer::migrate(h.pool()).await.expect("inbox tables");
+    outbox_inbox::migrate(h.pool()).await.expect("inbox tables");
     assert_refused(&run(&url, &["inbox", "retry", CONSUMER, "not-an-id"]).await, 2, "expected an event id");
     let unknown = "00000000-0000-0000-0000-00000000abcd";
     assert_refused(&run(&url, &["inbox", "skip", CONSUMER, unknown, "--yes"]).await, 1, "has no failed event");

@@ -16,6 +16,7 @@ mod ops_files;
 mod reconcile;
 mod relay_process;
 mod repair;
+mod replay;
 mod roles;
 mod sealed;
 mod secrets;

@@ -18,10 +18,10 @@ use serde_norway::Value as Yaml;
 
 /// The files that declare the product's metric names, as string literals.
 const DECLARING: [&str; 4] = [
-    "outbox-relay/src/metrics.rs",
+    "outbox-relayer/src/metrics.rs",
     "outbox-producer/src/metrics.rs",
     "outbox-ops/src/metrics.rs",
-    "outbox-consumer/src/metrics.rs",
+    "outbox-inbox/src/metrics.rs",
 ];
 
 /// The suffixes an exporter adds to a histogram's (or summary's) name.
@@ -414,15 +414,15 @@ fn the_metric_reference_lists_every_declared_metric() {
 /// The series of a healthy system: one relay, one producer, one consumer; a few transient
 /// failures early on, none since.
 const HEALTHY: [(&str, &str); 12] = [
-    (r#"up{job="outbox-relay", instance="relay-1:9187"}"#, "1x60"),
-    (r#"outbox_relay_claims_total{job="outbox-relay", instance="relay-1:9187", found="none"}"#, "0+60x60"),
+    (r#"up{job="outbox-relayer", instance="relay-1:9187"}"#, "1x60"),
+    (r#"outbox_relay_claims_total{job="outbox-relayer", instance="relay-1:9187", found="none"}"#, "0+60x60"),
     (r#"outbox_events_created_total{job="orders", instance="orders-1:9000"}"#, "0+600x60"),
-    (r#"outbox_published_total{job="outbox-relay", instance="relay-1:9187"}"#, "0+600x60"),
-    (r#"outbox_publish_failures_total{job="outbox-relay", instance="relay-1:9187", kind="transient"}"#, "0 1 2x58"),
-    (r#"outbox_oldest_waiting_age_seconds{job="outbox-relay", instance="relay-1:9187"}"#, "0.01x60"),
-    (r#"outbox_events_held{job="outbox-relay", instance="relay-1:9187"}"#, "0x60"),
-    (r#"outbox_expired_leases{job="outbox-relay", instance="relay-1:9187"}"#, "0x60"),
-    (r#"outbox_oldest_snapshot_seconds{job="outbox-relay", instance="relay-1:9187"}"#, "0x10 2x50"),
+    (r#"outbox_published_total{job="outbox-relayer", instance="relay-1:9187"}"#, "0+600x60"),
+    (r#"outbox_publish_failures_total{job="outbox-relayer", instance="relay-1:9187", kind="transient"}"#, "0 1 2x58"),
+    (r#"outbox_oldest_waiting_age_seconds{job="outbox-relayer", instance="relay-1:9187"}"#, "0.01x60"),
+    (r#"outbox_events_held{job="outbox-relayer", instance="relay-1:9187"}"#, "0x60"),
+    (r#"outbox_expired_leases{job="outbox-relayer", instance="relay-1:9187"}"#, "0x60"),
+    (r#"outbox_oldest_snapshot_seconds{job="outbox-relayer", instance="relay-1:9187"}"#, "0x10 2x50"),
     (
         r#"inbox_events_total{job="shipping", instance="shipping-1:9000", consumer="shipping", outcome="applied"}"#,
         "0+600x60",
@@ -445,69 +445,72 @@ const SCENARIOS: &[Scenario] = &[
     Scenario {
         fault: "an event waits for 25 minutes",
         series: &[(
-            r#"outbox_oldest_waiting_age_seconds{job="outbox-relay", instance="relay-1:9187"}"#,
+            r#"outbox_oldest_waiting_age_seconds{job="outbox-relayer", instance="relay-1:9187"}"#,
             "0.01x15 0+60x45",
         )],
         firing: &["OutboxOldestWaitingTooOld"],
     },
     Scenario {
         fault: "events held behind a quarantine",
-        series: &[(r#"outbox_events_held{job="outbox-relay", instance="relay-1:9187"}"#, "0x10 3x50")],
+        series: &[(r#"outbox_events_held{job="outbox-relayer", instance="relay-1:9187"}"#, "0x10 3x50")],
         firing: &["OutboxEventsHeld"],
     },
     Scenario {
         fault: "a relay's first quarantine",
-        series: &[(r#"outbox_quarantined_total{job="outbox-relay", instance="relay-1:9187"}"#, "_x35 1x25")],
+        series: &[(r#"outbox_quarantined_total{job="outbox-relayer", instance="relay-1:9187"}"#, "_x35 1x25")],
         firing: &["OutboxQuarantineGrowing"],
     },
     Scenario {
         fault: "the quarantined count grows",
         series: &[(
-            r#"outbox_events_quarantined{job="outbox-relay", instance="relay-1:9187", kind="contract"}"#,
+            r#"outbox_events_quarantined{job="outbox-relayer", instance="relay-1:9187", kind="contract"}"#,
             "1x30 2x30",
         )],
         firing: &["OutboxQuarantineGrowing"],
     },
     Scenario {
         fault: "producers write twice what the relays publish",
-        series: &[(r#"outbox_published_total{job="outbox-relay", instance="relay-1:9187"}"#, "0+300x60")],
+        series: &[(r#"outbox_published_total{job="outbox-relayer", instance="relay-1:9187"}"#, "0+300x60")],
         firing: &["OutboxCreatedAbovePublished"],
     },
     Scenario {
         fault: "the broker is unavailable",
         series: &[(
-            r#"outbox_publish_failures_total{job="outbox-relay", instance="relay-1:9187", kind="unavailable"}"#,
+            r#"outbox_publish_failures_total{job="outbox-relayer", instance="relay-1:9187", kind="unavailable"}"#,
             "0+10x60",
         )],
         firing: &["OutboxPublishFailures"],
     },
     Scenario {
         fault: "claims outlive their lease",
-        series: &[(r#"outbox_expired_leases{job="outbox-relay", instance="relay-1:9187"}"#, "0x20 4x40")],
+        series: &[(r#"outbox_expired_leases{job="outbox-relayer", instance="relay-1:9187"}"#, "0x20 4x40")],
         firing: &["OutboxExpiredLeases"],
     },
     Scenario {
         fault: "a session holds a snapshot for 30 minutes",
-        series: &[(r#"outbox_oldest_snapshot_seconds{job="outbox-relay", instance="relay-1:9187"}"#, "0x10 0+60x50")],
+        series: &[(r#"outbox_oldest_snapshot_seconds{job="outbox-relayer", instance="relay-1:9187"}"#, "0x10 0+60x50")],
         firing: &["OutboxSnapshotHeld"],
     },
     Scenario {
         fault: "a relay takes rows over",
-        series: &[(r#"outbox_lease_takeovers_total{job="outbox-relay", instance="relay-1:9187"}"#, "_x35 5x25")],
+        series: &[(r#"outbox_lease_takeovers_total{job="outbox-relayer", instance="relay-1:9187"}"#, "_x35 5x25")],
         firing: &["OutboxLeaseTakeovers"],
     },
     Scenario {
         fault: "the only relay is down",
         series: &[
-            (r#"up{job="outbox-relay", instance="relay-1:9187"}"#, "1x20 0x40"),
-            (r#"outbox_relay_claims_total{job="outbox-relay", instance="relay-1:9187", found="none"}"#, "0+60x20 _x40"),
+            (r#"up{job="outbox-relayer", instance="relay-1:9187"}"#, "1x20 0x40"),
+            (
+                r#"outbox_relay_claims_total{job="outbox-relayer", instance="relay-1:9187", found="none"}"#,
+                "0+60x20 _x40",
+            ),
         ],
         firing: &["OutboxRelayDown", "OutboxRelayMetricsAbsent"],
     },
     Scenario {
         fault: "a relay stops claiming",
         series: &[(
-            r#"outbox_relay_claims_total{job="outbox-relay", instance="relay-1:9187", found="none"}"#,
+            r#"outbox_relay_claims_total{job="outbox-relayer", instance="relay-1:9187", found="none"}"#,
             "0+60x20 1200x40",
         )],
         firing: &["OutboxRelayNotClaiming"],

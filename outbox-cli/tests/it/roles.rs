@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use crate::support::{Running, outbox};
-use outbox_consumer::{HandlerError, InboxLayer, InboxRequest, InboxRunner};
+use outbox_inbox::{HandlerError, InboxLayer, InboxRequest, InboxRunner};
 use outbox_producer::Outbox;
 use outbox_system_tests::count;
 use outbox_testkit::{Harness, TestDb, wait_for};

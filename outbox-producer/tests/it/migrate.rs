@@ -24,11 +24,11 @@ async fn outbox_and_inbox_migrations_do_not_collide_with_the_host_application() 
     host.run(pool).await.expect("host migrations");
 
     outbox_producer::migrate(pool).await.expect("outbox migrations");
-    outbox_consumer::migrate(pool).await.expect("inbox migrations");
+    outbox_inbox::migrate(pool).await.expect("inbox migrations");
     // Running everything again is a no-op, in any order: no "previously applied but missing" errors.
     host.run(pool).await.expect("host migrations again");
     outbox_producer::migrate(pool).await.expect("outbox again");
-    outbox_consumer::migrate(pool).await.expect("inbox again");
+    outbox_inbox::migrate(pool).await.expect("inbox again");
 
     let all = tables(pool).await;
     for t in [

@@ -21,7 +21,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use outbox_consumer::{CrashPoint, HandlerError, InboxLayer, InboxRequest, InboxRunner, RunnerStats};
+use outbox_inbox::{CrashPoint, HandlerError, InboxLayer, InboxRequest, InboxRunner, RunnerStats};
 use outbox_types::RetryPolicy;
 use tower::Layer;
 

@@ -457,7 +457,7 @@ async fn soak(tier: sizes::Chaos) {
     let broker = TestBroker::new().await.expect("broker");
     let exchange = broker.declare_exchange("chaos", lapin::ExchangeKind::Topic).await.expect("exchange");
     let queue = broker.name("chaos.consumer");
-    let topology = outbox_consumer::declare_queue(broker.channel(), &exchange, &queue, &["#"]).await.expect("queue");
+    let topology = outbox_inbox::declare_queue(broker.channel(), &exchange, &queue, &["#"]).await.expect("queue");
     broker.remember_queue(&queue);
     broker.remember_queue(&topology.dead_letter_queue);
     broker.remember_exchange(&topology.dead_letter_exchange);

@@ -5,5 +5,6 @@
 mod chaos;
 mod pooler;
 mod readme;
+mod replay;
 mod scenarios;
 mod topology;

@@ -8,7 +8,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use outbox_consumer::{HandlerError, InboxLayer, InboxRequest, Outcome};
+use outbox_inbox::{HandlerError, InboxLayer, InboxRequest, Outcome};
 use outbox_producer::Outbox;
 use outbox_testkit::{TestDb, wait_for};
 use outbox_types::{Event, NewEvent};

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use outbox_consumer::{HandlerError, InboxLayer, InboxRequest};
+use outbox_inbox::{HandlerError, InboxLayer, InboxRequest};
 use outbox_ops::{Retention, admin};
 use outbox_relayer::{CrashPoint, Error as RelayError, RelayBuilder};
 use outbox_system_tests::{Load, count, sizes};
@@ -143,7 +143,7 @@ async fn attempts(h: &Harness, id: Uuid) -> (String, i32, Option<String>, Option
         .expect("row")
 }
 
-fn stats(h: &Harness) -> outbox_consumer::RunnerStats {
+fn stats(h: &Harness) -> outbox_inbox::RunnerStats {
     h.consumer_handle().map(|c| c.stats()).unwrap_or_default()
 }
 
@@ -471,7 +471,7 @@ async fn scenario_07_rejected_payload_is_quarantined_others_flow() {
     // A's first event never comes: its later ones wait at the consumer as a visible gap, which the
     // consumer's operator skips.
     wait_for("A's gap visible at the consumer", Duration::from_secs(10), || async {
-        let gaps = outbox_consumer::admin::list_gaps(h.consumer_pool(), h.consumer_name()).await.ok()?;
+        let gaps = outbox_inbox::admin::list_gaps(h.consumer_pool(), h.consumer_name()).await.ok()?;
         gaps.iter().any(|g| g.entity_key == "A" && g.parked == 2 && g.first_parked_seq == 2).then_some(())
     })
     .await

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use outbox_consumer::{HandlerError, InboxLayer, InboxRequest, InboxRunner, RunnerHandle, Topology};
+use outbox_inbox::{HandlerError, InboxLayer, InboxRequest, InboxRunner, RunnerHandle, Topology};
 use outbox_producer::Outbox;
 use outbox_relayer::{AmqpPublisher, Relay, RelayHandle};
 use outbox_testkit::{TestBroker, TestDb, equal, wait_for};

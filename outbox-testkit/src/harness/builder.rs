@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_consumer::{InboxRequest, InboxRunnerBuilder, Topology};
+use outbox_inbox::{InboxRequest, InboxRunnerBuilder, Topology};
 use outbox_producer::Outbox;
 use outbox_relayer::{AmqpPublisher, AmqpPublisherBuilder, RelayBuilder};
 
@@ -91,7 +91,7 @@ impl HarnessBuilder {
     }
 
     /// Runs a consumer: `handler` wrapped in the inbox, fed from the harness's queue by an
-    /// [`InboxRunner`](outbox_consumer::InboxRunner). Defaults to no consumer.
+    /// [`InboxRunner`](outbox_inbox::InboxRunner). Defaults to no consumer.
     #[must_use]
     pub fn consumer<S>(self, handler: S) -> Self
     where
@@ -225,7 +225,7 @@ async fn declare(broker: &TestBroker, bindings: &[String]) -> Result<(String, St
         broker.bind(&record_queue, &exchange, key).await?;
     }
     let queue = broker.name("consumer");
-    let topology = outbox_consumer::declare_queue(broker.channel(), &exchange, &queue, &bindings).await?;
+    let topology = outbox_inbox::declare_queue(broker.channel(), &exchange, &queue, &bindings).await?;
     for q in topology.queues.iter().chain([&topology.dead_letter_queue]) {
         broker.remember_queue(q);
     }

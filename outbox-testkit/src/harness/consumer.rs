@@ -1,7 +1,7 @@
 //! The harness's consumer (made by `consumer_factory`): starting, stopping, killing and joining
 //! it, with a crash point if armed.
 
-use outbox_consumer::RunnerHandle;
+use outbox_inbox::RunnerHandle;
 
 use super::consumer_factory::{ConsumerCrash, ConsumerStart};
 use super::environment::Harness;
@@ -23,7 +23,7 @@ impl Harness {
     /// # Errors
     /// If the runner cannot be built.
     #[cfg(feature = "fail-points")]
-    pub fn start_consumer_crashing_at(&mut self, point: outbox_consumer::CrashPoint) -> Result<()> {
+    pub fn start_consumer_crashing_at(&mut self, point: outbox_inbox::CrashPoint) -> Result<()> {
         self.spawn_consumer(Some(point))
     }
 
@@ -43,7 +43,7 @@ impl Harness {
         Ok(())
     }
 
-    /// The running consumer's handle (for its [`outbox_consumer::RunnerStats`]).
+    /// The running consumer's handle (for its [`outbox_inbox::RunnerStats`]).
     pub fn consumer_handle(&self) -> Option<&RunnerHandle> {
         self.consumer.0.as_ref()
     }
@@ -67,7 +67,7 @@ impl Harness {
     }
 
     /// Waits for the consumer to end on its own (at an armed crash point); `None` if none runs.
-    pub async fn join_consumer(&mut self) -> Option<outbox_consumer::Result<()>> {
+    pub async fn join_consumer(&mut self) -> Option<outbox_inbox::Result<()>> {
         Some(self.consumer.0.take()?.join().await)
     }
 }

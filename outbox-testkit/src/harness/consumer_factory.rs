@@ -4,13 +4,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_consumer::{InboxLayer, InboxRequest, InboxRunner, InboxRunnerBuilder, RunnerHandle, Topology};
+use outbox_inbox::{InboxLayer, InboxRequest, InboxRunner, InboxRunnerBuilder, RunnerHandle, Topology};
 use outbox_types::RetryPolicy;
 use sqlx::PgPool;
 use tower::Layer;
 
 /// Builds and spawns the consumer; made by [`factory`] from the test's handler.
-pub(super) type ConsumerFactory = Arc<dyn Fn(ConsumerStart) -> outbox_consumer::Result<RunnerHandle> + Send + Sync>;
+pub(super) type ConsumerFactory = Arc<dyn Fn(ConsumerStart) -> outbox_inbox::Result<RunnerHandle> + Send + Sync>;
 
 /// What a consumer needs to start; built by the harness.
 pub(super) struct ConsumerStart {
@@ -24,7 +24,7 @@ pub(super) struct ConsumerStart {
 
 /// A crash point of the consumer runner (with the `fail-points` feature; without it, none exists).
 #[cfg(feature = "fail-points")]
-pub(super) type ConsumerCrash = outbox_consumer::CrashPoint;
+pub(super) type ConsumerCrash = outbox_inbox::CrashPoint;
 #[cfg(not(feature = "fail-points"))]
 pub(super) type ConsumerCrash = std::convert::Infallible;
 

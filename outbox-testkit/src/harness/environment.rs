@@ -1,6 +1,6 @@
 //! [`Harness`]: the environment a test gets, its accessors and its teardown.
 
-use outbox_consumer::{RunnerHandle, Topology};
+use outbox_inbox::{RunnerHandle, Topology};
 use outbox_producer::Outbox;
 use outbox_relayer::RelayHandle;
 use sqlx::PgPool;

@@ -1,6 +1,6 @@
 //! The guard that aborts the relay's or the consumer's task when the harness goes away.
 
-use outbox_consumer::RunnerHandle;
+use outbox_inbox::RunnerHandle;
 use outbox_relayer::RelayHandle;
 
 /// Aborts the task it holds when dropped (a test that panics leaves nothing running).

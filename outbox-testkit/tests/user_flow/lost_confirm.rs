@@ -1,6 +1,6 @@
 use std::time::Duration;
 
-use outbox_consumer::{HandlerError, InboxRequest};
+use outbox_inbox::{HandlerError, InboxRequest};
 use outbox_types::NewEvent;
 use outbox_testkit::{Fault, Harness, wait_for};
 

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use outbox_consumer::{HandlerError, InboxLayer, InboxRequest, InboxRunner};
+use outbox_inbox::{HandlerError, InboxLayer, InboxRequest, InboxRunner};
 use outbox_producer::Outbox;
 use outbox_relayer::{AmqpPublisher, Relay};
 use outbox_types::{ExchangeKind, NewEvent};
@@ -46,7 +46,7 @@ async fn place_orders(pool: &PgPool) -> Result<(), BoxError> {
 
 async fn round_trip(pool: &PgPool, amqp: &str, name: &str) -> Result<bool, BoxError> {
     outbox_producer::migrate(pool).await?;
-    outbox_consumer::migrate(pool).await?;
+    outbox_inbox::migrate(pool).await?;
     sqlx::query("CREATE TABLE orders (id bigint PRIMARY KEY)").execute(pool).await?;
     sqlx::query("CREATE TABLE shipments (order_id bigint NOT NULL)").execute(pool).await?;
 

@@ -16,7 +16,7 @@ pub(crate) struct Running {
     pub(crate) orders: TestDb,
     pub(crate) shipping: TestDb,
     pub(crate) broker: TestBroker,
-    pub(crate) consumer: outbox_consumer::RunnerHandle,
+    pub(crate) consumer: outbox_inbox::RunnerHandle,
 }
 
 /// A port nothing listens on now.
@@ -105,7 +105,7 @@ pub(crate) struct Rest {
     pub(crate) orders: TestDb,
     pub(crate) shipping: TestDb,
     pub(crate) broker: TestBroker,
-    pub(crate) consumer: outbox_consumer::RunnerHandle,
+    pub(crate) consumer: outbox_inbox::RunnerHandle,
 }
 
 impl Rest {

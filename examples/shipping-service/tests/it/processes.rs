@@ -34,7 +34,7 @@ async fn three_processes_on_four_partitions_apply_every_change_once_in_order() {
     let broker = TestBroker::new().await.expect("broker");
     let exchange = broker.declare_exchange("orders", outbox_amqp::lapin::ExchangeKind::Topic).await.expect("exchange");
     let base = broker.name("shipping");
-    let topology = outbox_consumer::declare_partitions(broker.channel(), &exchange, &base, "partition.", 4)
+    let topology = outbox_inbox::declare_partitions(broker.channel(), &exchange, &base, "partition.", 4)
         .await
         .expect("partitions");
     for q in topology.queues.iter().chain([&topology.dead_letter_queue]) {
