@@ -175,3 +175,53 @@ async fn an_operator_pauses_resumes_and_cancels_a_job_and_status_lists_it() {
     broker.close().await.expect("cleanup");
     db.close().await.expect("cleanup");
 }
+
+/// Sealed payloads are opened with `OUTBOX_PAYLOAD_KEYS` and sent in plain, as the relay sends
+/// them; without the key they are counted as not sendable, never sent sealed, and the exit status
+/// says so. The dry run names the key ids a replay needs.
+#[tokio::test]
+async fn sealed_payloads_are_opened_with_the_keys_or_reported_without_them() {
+    use base64::Engine;
+    use outbox_types::{KEY_BYTES, Keyring, NewEvent, PayloadCipher};
+
+    const SECRET: &str = "IBAN-DE89-SECRET";
+    let (db, broker, queue, recorder, _) = setup(Load { entities: 2, per_entity: 2 }).await;
+    let key = [9; KEY_BYTES];
+    let outbox =
+        outbox_producer::Outbox::builder().cipher(PayloadCipher::new(Keyring::new("k9", key).expect("key"))).build();
+    let mut tx = db.pool().begin().await.expect("begin");
+    for _ in 0..3 {
+        let event = NewEvent::json("payment.made", &serde_json::json!({ "iban": SECRET })).expect("json");
+        outbox.enqueue(&mut *tx, event.entity("payment-1")).await.expect("enqueue");
+    }
+    tx.commit().await.expect("commit");
+    sqlx::query("UPDATE outbox_events SET status = 'published', published_at = now()")
+        .execute(db.pool())
+        .await
+        .expect("published");
+    let amqp = outbox_testkit::amqp_url();
+    let dry = output(&db.url(), &["replay", "start", "--type", "payment.*", "--dry-run"]).await;
+    let text = String::from_utf8_lossy(&dry.stdout);
+    assert!(text.contains("sealed, by key id (opened with OUTBOX_PAYLOAD_KEYS): k9 3"), "{text}");
+
+    let without =
+        output(&db.url(), &["replay", "start", "--type", "payment.*", "--to-queue", &queue, "--amqp-url", &amqp]).await;
+    let err = String::from_utf8_lossy(&without.stderr);
+    assert_eq!(without.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("3 events could not be sent") && err.contains("3 sealed with keys not in OUTBOX_PAYLOAD_KEYS"),
+        "{err}"
+    );
+    assert!(!err.contains(SECRET), "{err}");
+
+    let keys = format!("k9:{}", base64::engine::general_purpose::STANDARD.encode(key));
+    let mut cmd = replay(&db, &["start", "--type", "payment.*", "--to-queue", &queue]);
+    cmd.env("OUTBOX_PAYLOAD_KEYS", keys);
+    let with = tokio::task::spawn_blocking(move || cmd.output().expect("run")).await.expect("join");
+    assert!(with.status.success(), "{}", String::from_utf8_lossy(&with.stderr));
+    wait_for("the opened payloads", DEADLINE, || async { equal(recorder.count(), 3) }).await.expect("sent");
+    assert!(recorder.records().iter().all(|r| String::from_utf8_lossy(&r.payload).contains(SECRET)), "sent in plain");
+    drop(recorder);
+    broker.close().await.expect("cleanup");
+    db.close().await.expect("cleanup");
+}
