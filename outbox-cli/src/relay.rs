@@ -23,7 +23,7 @@ pub(crate) async fn run(db: PgConnectOptions, connect_timeout: Duration, args: R
     let publisher = crate::broker::publisher(&args.amqp_url)?;
     let probed = Probed::default();
     let endpoint = match args.metrics_addr {
-        Some(addr) => Some(crate::serve::start(addr, probed.clone()).await?),
+        Some(addr) => Some(crate::serve::start(addr, Some(probed.clone())).await?),
         None => None,
     };
     let outcome = start_and_run(db, connect_timeout, args, &publisher, shutdown, &probed).await;

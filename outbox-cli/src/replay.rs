@@ -83,6 +83,10 @@ async fn send(db: PgConnectOptions, job: &ReplayJob, args: &SendArgs) -> Result<
     if args.amqp_url.iter().all(|u| u.trim().is_empty()) {
         return Err(CliError::NoAmqpUrl);
     }
+    let endpoint = match args.metrics_addr {
+        Some(addr) => Some(crate::serve::start(addr, None).await?),
+        None => None,
+    };
     let publisher = crate::broker::publisher(&args.amqp_url)?;
     if !crate::broker::connect_patiently(&publisher, &shutdown).await? {
         publisher.close().await;
@@ -95,6 +99,9 @@ async fn send(db: PgConnectOptions, job: &ReplayJob, args: &SendArgs) -> Result<
         .await;
     progress.finish();
     publisher.close().await;
+    if let Some(endpoint) = endpoint {
+        endpoint.abort();
+    }
     Ok(outcome?)
 }
 

@@ -1,4 +1,4 @@
-//! The relay's HTTP endpoint (`--metrics-addr`): `/metrics` in the Prometheus text format,
+//! The HTTP endpoint of `--metrics-addr`: `/metrics` in the Prometheus text format; for the relay,
 //! `/healthz` (the claim loop goes round) and `/readyz` (the database and the broker answer it).
 
 use std::net::SocketAddr;
@@ -27,20 +27,22 @@ struct Endpoint {
 }
 
 /// Binds `addr` and installs the Prometheus recorder, before anything else starts, so that a port
-/// that cannot be bound is a start-up error with its cause.
+/// that cannot be bound is a start-up error with its cause. With a relay to probe, `/healthz` and
+/// `/readyz` too; without (a replay), `/metrics` alone.
 ///
 /// # Errors
 /// [`CliError::Listen`] if the address cannot be bound; [`CliError::Metrics`] if a recorder is
 /// already installed.
-pub(crate) async fn start(addr: SocketAddr, relay: Probed) -> Result<JoinHandle<()>, CliError> {
+pub(crate) async fn start(addr: SocketAddr, relay: Option<Probed>) -> Result<JoinHandle<()>, CliError> {
     let listener = TcpListener::bind(addr).await.map_err(|e| CliError::Listen(addr, e))?;
     let metrics = PrometheusBuilder::new().install_recorder().map_err(|e| CliError::Metrics(e.to_string()))?;
-    let app = Router::new()
-        .route("/metrics", get(metrics_text))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .with_state(Endpoint { metrics, relay });
-    tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
+    let probes = relay.is_some();
+    let mut app = Router::new().route("/metrics", get(metrics_text));
+    if probes {
+        app = app.route("/healthz", get(healthz)).route("/readyz", get(readyz));
+    }
+    let app = app.with_state(Endpoint { metrics, relay: relay.unwrap_or_default() });
+    tracing::info!(%addr, probes, "serving /metrics");
     Ok(tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::warn!(error = %e, "the metrics endpoint stopped");

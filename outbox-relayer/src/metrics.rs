@@ -2,7 +2,7 @@
 //! and its description in one place. [`describe`] is called when a relay is built, so that an
 //! exporter installed before shows the descriptions.
 
-use ::metrics::{Unit, counter, describe_counter, describe_gauge, describe_histogram, histogram};
+use ::metrics::{Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 use outbox_types::FailureKind;
 
 /// Events the broker confirmed and the relay recorded as published (counter).
@@ -41,6 +41,8 @@ pub(crate) const VACUUM_SECONDS: &str = "outbox_relay_vacuum_seconds";
 /// Events a replay job sent again, label `outcome` = `sent` (confirmed) or `passed_over`
 /// (scrubbed payload, key not held) (counter).
 pub(crate) const REPLAYED: &str = "outbox_replay_events_total";
+/// Events the replay job this process runs has still to go through (gauge; 0 when it ends).
+pub(crate) const REPLAY_REMAINING: &str = "outbox_replay_events_remaining";
 
 /// Events waiting to be published, held ones included (gauge; exact up to 100,000).
 pub(crate) const WAITING: &str = "outbox_events_waiting";
@@ -87,6 +89,7 @@ pub(crate) fn describe() {
         REPLAYED,
         "Events replay jobs sent again (label outcome: sent, or passed_over for a scrubbed payload or a key not held)."
     );
+    describe_gauge!(REPLAY_REMAINING, "Events the replay job this process runs has still to go through.");
     describe_gauge!(WAITING, "Events waiting to be published, held ones included (exact up to 100,000).");
     describe_gauge!(HELD, "Events held behind a quarantined event of their entity.");
     describe_gauge!(OLDEST_WAITING, Unit::Seconds, "Age of the oldest waiting event.");
@@ -133,8 +136,9 @@ pub(crate) fn initialise() {
     }
 }
 
-/// Counts a replay batch: `sent` confirmed, `passed_over` not sendable.
-pub(crate) fn replayed(sent: u64, passed_over: u64) {
+/// Counts a replay batch: `sent` confirmed, `passed_over` not sendable; `remaining` events to go.
+pub(crate) fn replayed(sent: u64, passed_over: u64, remaining: u64) {
     counter!(REPLAYED, "outcome" => "sent").increment(sent);
     counter!(REPLAYED, "outcome" => "passed_over").increment(passed_over);
+    gauge!(REPLAY_REMAINING).set(remaining as f64);
 }

@@ -116,6 +116,10 @@ pub(crate) struct SendArgs {
     /// AMQP `app_id` on every message (the relay's --app-id).
     #[arg(long)]
     pub(crate) app_id: Option<String>,
+    /// Serve /metrics (the job's progress: outbox_replay_events_total,
+    /// outbox_replay_events_remaining) on this address while it runs.
+    #[arg(long)]
+    pub(crate) metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// Arguments of `outbox replay start`.

@@ -10,7 +10,7 @@ use outbox_system_tests::{Load, fill};
 use outbox_testkit::{Recorder, TestBroker, TestDb, at_least, equal, wait_for};
 use uuid::Uuid;
 
-use crate::support::{Running, outbox, output};
+use crate::support::{Running, closed_port, outbox, output, sample, wait_status};
 
 const DEADLINE: Duration = Duration::from_secs(120);
 
@@ -146,9 +146,16 @@ async fn an_operator_pauses_resumes_and_cancels_a_job_and_status_lists_it() {
     assert!(text.contains("selected: 40 events to send (40 of 2 entities, 0 of no entity)"), "{text}");
     assert!(text.contains("by entity: entity-3 20, entity-4 20"), "{text}");
 
-    let all = ["start", "--all", "--to-queue", &queue, "--rate", "50"];
+    let port = closed_port();
+    let addr = format!("127.0.0.1:{port}");
+    let all = ["start", "--all", "--to-queue", &queue, "--rate", "50", "--metrics-addr", &addr];
     let running = Running::spawn(replay(&db, &all));
     wait_for("the replay under way", DEADLINE, || async { at_least(sent_so_far(&db).await, 10) }).await.expect("going");
+    let page = wait_status(port, "/metrics", 200, DEADLINE).await;
+    let sent = page.lines().find_map(|l| l.strip_prefix("outbox_replay_events_total{outcome=\"sent\"} "));
+    assert!(sent.and_then(|n| n.trim().parse::<f64>().ok()).is_some_and(|n| n >= 10.0), "progress as metrics: {page}");
+    let remaining = sample(&page, "outbox_replay_events_remaining").expect("the remaining gauge");
+    assert!(remaining > 0.0 && remaining < load.events() as f64, "{remaining}");
     let id = the_job(&db).await.0.to_string();
     let paused = output(&db.url(), &["replay", "pause", &id]).await;
     assert!(paused.status.success(), "{}", String::from_utf8_lossy(&paused.stderr));

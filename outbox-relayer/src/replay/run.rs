@@ -108,6 +108,8 @@ impl<P: Publisher> Replayer<P> {
             return Ok(report);
         }
         let routing = send::router(&job.target, &self.settings)?;
+        crate::metrics::describe();
+        crate::metrics::replayed(0, 0, remaining(&job, &report));
         tracing::info!(job = %id, target = %job.target, from = ?job.cursor, "outbox.replay: running");
         tokio::pin!(stop);
         let mut cursor = job.cursor.clone();
@@ -124,6 +126,7 @@ impl<P: Publisher> Replayer<P> {
                 match cursor {
                     Cursor::Unordered(_) => {
                         replay::finish(&self.pool, id).await?;
+                        crate::metrics::replayed(0, 0, 0);
                         report.state = JobState::Done;
                         tracing::info!(job = %id, sent = report.sent, "outbox.replay: done");
                         return Ok(report);
@@ -183,12 +186,18 @@ impl<P: Publisher> Replayer<P> {
         report.sent += sent.sent;
         report.scrubbed += sent.scrubbed;
         report.unopenable += sent.unopenable;
-        crate::metrics::replayed(sent.sent, sent.scrubbed + sent.unopenable);
+        crate::metrics::replayed(sent.sent, sent.scrubbed + sent.unopenable, remaining(job, report));
         if let Some(f) = &self.settings.on_progress {
             f(ReplayProgress { sent: sent.sent, passed_over: sent.scrubbed + sent.unopenable });
         }
         Ok(state)
     }
+}
+
+/// Events the job has still to go through: what it counted when created, less what it did.
+fn remaining(job: &ReplayJob, report: &ReplayReport) -> u64 {
+    let done = job.sent + job.scrubbed + job.unopenable + report.sent + report.scrubbed + report.unopenable;
+    job.total.saturating_sub(done)
 }
 
 /// The job's rate: a batch of `n` events waits until `n / rate` seconds after the previous batch
