@@ -69,6 +69,11 @@ async fn start(pool: &PgPool, db: PgConnectOptions, args: StartArgs) -> Result<(
 
 async fn resume(pool: &PgPool, db: PgConnectOptions, args: ResumeArgs) -> Result<(), CliError> {
     let (job, _) = replay::resume(pool, args.id).await?.ok_or(CliError::NoSuchJob(args.id))?;
+    if job.state == JobState::Done {
+        // Run again by an orchestrator after it finished: nothing to do, and nothing failed.
+        println!("replay job {} is done: {} of {} events sent", job.id, job.sent, job.total);
+        return Ok(());
+    }
     if job.state != JobState::Running {
         return Err(CliError::JobState(job.id, job.state.to_string()));
     }

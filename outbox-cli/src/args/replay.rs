@@ -41,7 +41,8 @@ pub(crate) enum ReplayCommand {
         #[arg(value_parser = job_id)]
         id: uuid::Uuid,
     },
-    /// Run a job from where it stopped (paused, failed, or its process died), in this process.
+    /// Run a job from where it stopped (paused, failed, or its process died), in this process. A
+    /// job already done exits 0 at once, so an orchestrator may run this again until it succeeds.
     Resume(Box<ResumeArgs>),
     /// Cancel a job: nothing more of it is sent.
     Cancel {
