@@ -14,7 +14,7 @@ pub(crate) enum ReplayCommand {
     /// Record a replay job and run it: the selected published events sent again, each entity's in
     /// sequence order, with their ids, sequences, headers and payloads and the header
     /// x-outbox-replay. Says first what it cannot send (scrubbed payloads, histories cut by
-    /// retention); exit status 1 if anything. SIGTERM stops it after the batch in flight;
+    /// retention); exit status 1 if anything. SIGTERM stops it once the batches out are confirmed;
     /// `outbox replay resume` continues it.
     Start(Box<StartArgs>),
     /// The latest jobs, newest first: state, progress, target, who asked.
@@ -35,7 +35,7 @@ pub(crate) enum ReplayCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Pause a running job: the process running it stops after its batch in flight.
+    /// Pause a running job: the process running it stops once its batches out are confirmed.
     Pause {
         /// The job id (a UUID).
         #[arg(value_parser = job_id)]
@@ -103,8 +103,8 @@ pub(crate) struct SendArgs {
     /// RabbitMQ URL(s), as `outbox relay --amqp-url`.
     #[arg(long, env = "AMQP_URL", hide_env_values = true, value_delimiter = ',')]
     pub(crate) amqp_url: Vec<String>,
-    /// Events per batch (one read, one publish, one progress record; at most one batch is sent
-    /// twice if the process dies). 1 to 100,000.
+    /// Events per batch (one read, one publish, one progress record; two batches are out at a time,
+    /// so at most two batches are sent twice if the process dies). 1 to 100,000.
     #[arg(long, default_value_t = outbox_relayer::replay::DEFAULT_BATCH_SIZE, value_parser = RangedU64ValueParser::<usize>::new().range(1..=super::values::MAX_BATCH_SIZE))]
     pub(crate) batch_size: usize,
     /// Seconds to wait for a batch's confirms before sending it again. At most one day.

@@ -284,7 +284,7 @@ async fn transition(pool: &PgPool, id: Uuid, from: &[&str], to: JobState) -> Res
     }
 }
 
-/// Pauses a running job: the process sending it stops after its batch in flight (it records
+/// Pauses a running job: the process sending it stops once its batches out are confirmed (it records
 /// how far it got). Returns the job, and whether it was running.
 ///
 /// # Errors

@@ -2,7 +2,10 @@
 //! holding the job's lock (a session advisory lock: freed the moment the process or its connection
 //! dies, so a restarted run resumes at once, and two runs of one job never overlap).
 
+use std::collections::VecDeque;
 use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use outbox_ops::replay::{self, BatchProgress, Cursor, JobState, ReplayJob};
@@ -11,8 +14,9 @@ use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection, PgPool};
 use uuid::Uuid;
 
-use super::send::{self, Batch};
+use super::send::{self, Batch, Published, Sent};
 use super::settings::{ReplayProgress, Settings};
+use crate::routing::RoutingStrategy;
 use crate::{Error, Result};
 
 /// The advisory lock class of replay jobs (the job's id hashed is the key).
@@ -77,7 +81,8 @@ impl<P: Publisher> Replayer<P> {
         self.run_until(id, std::future::pending()).await
     }
 
-    /// Runs job `id` until it ends or `stop` completes (then after the batch in flight, recorded).
+    /// Runs job `id` until it ends or `stop` completes (then once the batches out are confirmed and
+    /// recorded).
     ///
     /// # Errors
     /// [`Error::NoSuchJob`]; [`Error::JobBusy`] if another process is running it; the database's
@@ -103,7 +108,7 @@ impl<P: Publisher> Replayer<P> {
 
     async fn run_locked(&self, id: Uuid, stop: impl Future<Output = ()>) -> Result<ReplayReport> {
         let job = replay::job(&self.pool, id).await?.ok_or(Error::NoSuchJob(id))?;
-        let mut report = ReplayReport { job: id, state: job.state, sent: 0, scrubbed: 0, unopenable: 0 };
+        let report = ReplayReport { job: id, state: job.state, sent: 0, scrubbed: 0, unopenable: 0 };
         if job.state != JobState::Running {
             return Ok(report);
         }
@@ -111,83 +116,156 @@ impl<P: Publisher> Replayer<P> {
         crate::metrics::describe();
         crate::metrics::replayed(0, 0, remaining(&job, &report));
         tracing::info!(job = %id, target = %job.target, from = ?job.cursor, "outbox.replay: running");
+        let mut run = Run::new(self, job, routing, report);
         tokio::pin!(stop);
-        let mut cursor = job.cursor.clone();
-        let mut pace = Pace::new(job.rate);
-        let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
-        // A limited rate goes in about five batches a second rather than bursts of a full batch.
-        let limit = match job.rate {
-            Some(rate) => self.settings.batch_size.min((rate as usize / 5).max(1)),
-            None => self.settings.batch_size,
-        };
         loop {
-            let rows = replay::next_rows(&self.pool, &job, &cursor, limit as i64).await?;
-            if rows.is_empty() {
-                match cursor {
-                    Cursor::Unordered(_) => {
-                        replay::finish(&self.pool, id).await?;
-                        crate::metrics::replayed(0, 0, 0);
-                        report.state = JobState::Done;
-                        tracing::info!(job = %id, sent = report.sent, "outbox.replay: done");
-                        return Ok(report);
-                    }
-                    _ => {
-                        cursor = replay::unordered_start();
-                        continue;
-                    }
-                }
-            }
-            let batch = Batch::new(&rows, id, &job.target, routing.as_ref(), &self.settings)?;
-            tokio::select! {
-                () = pace.wait(rows.len()) => {}
-                () = &mut stop => return Ok(report),
-            }
-            let sent = batch.send(&self.publisher, self.settings.confirm_timeout).await;
-            let state = self.record(&job, &mut cursor, &sent, &mut report).await?;
-            if state != JobState::Running {
-                tracing::info!(job = %id, %state, sent = report.sent, "outbox.replay: stopped by an operator");
-                report.state = state;
-                return Ok(report);
-            }
-            if let Some(failure) = sent.failure {
-                if failure.kind.is_permanent() {
-                    let reason = format!("{}: {}", failure.kind, failure.reason);
-                    tracing::warn!(job = %id, %reason, "outbox.replay: the target refuses the events; job failed");
-                    replay::fail(&self.pool, id, &reason).await?;
-                    report.state = JobState::Failed;
-                    return Ok(report);
-                }
-                let wait = backoff.fail();
-                tracing::info!(job = %id, kind = %failure.kind, reason = %failure.reason, retry_in_ms = wait.as_millis() as u64,
-                    "outbox.replay: a batch was not confirmed; sending again from the last confirmed event");
-                tokio::select! {
-                    () = tokio::time::sleep(wait) => {}
-                    () = &mut stop => return Ok(report),
-                }
-            } else {
-                backoff.reset();
+            if let Some(state) = run.step(&mut stop).await? {
+                run.report.state = state;
+                return Ok(run.report);
             }
         }
     }
+}
 
-    /// Records what a batch did and moves the cursor; the job's state afterwards.
-    async fn record(
-        &self,
-        job: &ReplayJob,
-        cursor: &mut Cursor,
-        sent: &send::Sent,
-        report: &mut ReplayReport,
-    ) -> Result<JobState> {
-        if let Some(next) = &sent.cursor {
-            *cursor = next.clone();
+/// Batches of a run published before the oldest one's confirms are in: the next batch is read and
+/// sent while the broker confirms the one before (as the relay keeps its confirm window full).
+const IN_FLIGHT: usize = 2;
+
+/// One run of a job: what it has read, what is out with the broker, what it has recorded.
+struct Run<'r, P> {
+    replayer: &'r Replayer<P>,
+    job: ReplayJob,
+    routing: Arc<dyn RoutingStrategy>,
+    /// After the last row read (ahead of what is confirmed while batches are out).
+    read: Cursor,
+    /// Every row the job selects has been read.
+    exhausted: bool,
+    /// After the last row confirmed and recorded.
+    confirmed: Cursor,
+    in_flight: VecDeque<Published>,
+    report: ReplayReport,
+    pace: Pace,
+    backoff: Backoff,
+    /// Rows per batch: a limited rate goes in about five batches a second rather than in bursts.
+    limit: usize,
+}
+
+impl<'r, P: Publisher> Run<'r, P> {
+    fn new(replayer: &'r Replayer<P>, job: ReplayJob, routing: Arc<dyn RoutingStrategy>, report: ReplayReport) -> Self {
+        let batch_size = replayer.settings.batch_size;
+        let limit = job.rate.map_or(batch_size, |rate| batch_size.min((rate as usize / 5).max(1)));
+        Self {
+            replayer,
+            read: job.cursor.clone(),
+            confirmed: job.cursor.clone(),
+            exhausted: false,
+            in_flight: VecDeque::new(),
+            pace: Pace::new(job.rate),
+            backoff: Backoff::new(Duration::from_millis(200), Duration::from_secs(10)),
+            limit,
+            job,
+            routing,
+            report,
         }
-        let progress = BatchProgress::new(cursor.clone(), sent.sent, sent.scrubbed, sent.unopenable);
-        let state = replay::record_batch(&self.pool, job.id, &self.settings.runner, &progress).await?;
+    }
+
+    /// Sends the next batch if there is room, else settles the oldest one out; the state the run
+    /// ends in, if it ends.
+    async fn step(&mut self, stop: &mut Pin<&mut impl Future<Output = ()>>) -> Result<Option<JobState>> {
+        if self.in_flight.len() < IN_FLIGHT && !self.exhausted {
+            return self.send_next(stop).await;
+        }
+        let Some(published) = self.in_flight.pop_front() else {
+            replay::finish(&self.replayer.pool, self.job.id).await?;
+            crate::metrics::replayed(0, 0, 0);
+            tracing::info!(job = %self.job.id, sent = self.report.sent, "outbox.replay: done");
+            return Ok(Some(JobState::Done));
+        };
+        let sent = published.settle(self.replayer.settings.confirm_timeout).await;
+        self.settled(sent, stop).await
+    }
+
+    /// Reads the rows after the read cursor and publishes them, at the job's pace; at the end of
+    /// the entities' part, moves on to the events of no entity.
+    async fn send_next(&mut self, stop: &mut Pin<&mut impl Future<Output = ()>>) -> Result<Option<JobState>> {
+        let pool = &self.replayer.pool;
+        let rows = replay::next_rows(pool, &self.job, &self.read, self.limit as i64).await?;
+        if rows.is_empty() {
+            match self.read {
+                Cursor::Unordered(_) => self.exhausted = true,
+                _ => self.read = replay::unordered_start(),
+            }
+            return Ok(None);
+        }
+        let batch = Batch::new(&rows, self.job.id, &self.job.target, self.routing.as_ref(), &self.replayer.settings)?;
+        tokio::select! {
+            () = self.pace.wait(rows.len()) => {}
+            () = stop.as_mut() => return self.wind_down().await,
+        }
+        self.read = batch.last().cloned().unwrap_or_else(|| self.read.clone());
+        self.in_flight.push_back(batch.publish(&self.replayer.publisher).await);
+        Ok(None)
+    }
+
+    /// Records a settled batch; after a failure, drops what is out (it may arrive twice) and reads
+    /// again from the last confirmed row, after a back-off, or fails the job if the target refuses.
+    async fn settled(&mut self, sent: Sent, stop: &mut Pin<&mut impl Future<Output = ()>>) -> Result<Option<JobState>> {
+        let state = self.record(&sent).await?;
+        if state != JobState::Running {
+            tracing::info!(job = %self.job.id, %state, sent = self.report.sent, "outbox.replay: stopped by an operator");
+            return Ok(Some(state));
+        }
+        let Some(failure) = sent.failure else {
+            self.backoff.reset();
+            return Ok(None);
+        };
+        self.in_flight.clear();
+        self.read = self.confirmed.clone();
+        self.exhausted = false;
+        let id = self.job.id;
+        if failure.kind.is_permanent() {
+            let reason = format!("{}: {}", failure.kind, failure.reason);
+            tracing::warn!(job = %id, %reason, "outbox.replay: the target refuses the events; job failed");
+            replay::fail(&self.replayer.pool, id, &reason).await?;
+            return Ok(Some(JobState::Failed));
+        }
+        let wait = self.backoff.fail();
+        tracing::info!(job = %id, kind = %failure.kind, reason = %failure.reason, retry_in_ms = wait.as_millis() as u64,
+            "outbox.replay: a batch was not confirmed; sending again from the last confirmed event");
+        tokio::select! {
+            () = tokio::time::sleep(wait) => Ok(None),
+            () = stop.as_mut() => Ok(Some(JobState::Running)),
+        }
+    }
+
+    /// Asked to stop: the batches out are settled and recorded (so that a resumed run does not send
+    /// them again), and the job stays running for a resume.
+    async fn wind_down(&mut self) -> Result<Option<JobState>> {
+        while let Some(published) = self.in_flight.pop_front() {
+            let sent = published.settle(self.replayer.settings.confirm_timeout).await;
+            let failed = sent.failure.is_some();
+            let state = self.record(&sent).await?;
+            if failed || state != JobState::Running {
+                return Ok(Some(state));
+            }
+        }
+        Ok(Some(JobState::Running))
+    }
+
+    /// Records what a batch did and moves the confirmed cursor; the job's state afterwards.
+    async fn record(&mut self, sent: &Sent) -> Result<JobState> {
+        if let Some(next) = &sent.cursor {
+            self.confirmed = next.clone();
+        }
+        let progress = BatchProgress::new(self.confirmed.clone(), sent.sent, sent.scrubbed, sent.unopenable);
+        let replayer = self.replayer;
+        let state = replay::record_batch(&replayer.pool, self.job.id, &replayer.settings.runner, &progress).await?;
+        let report = &mut self.report;
         report.sent += sent.sent;
         report.scrubbed += sent.scrubbed;
         report.unopenable += sent.unopenable;
-        crate::metrics::replayed(sent.sent, sent.scrubbed + sent.unopenable, remaining(job, report));
-        if let Some(f) = &self.settings.on_progress {
+        crate::metrics::replayed(sent.sent, sent.scrubbed + sent.unopenable, remaining(&self.job, report));
+        if let Some(f) = &replayer.settings.on_progress {
             f(ReplayProgress { sent: sent.sent, passed_over: sent.scrubbed + sent.unopenable });
         }
         Ok(state)

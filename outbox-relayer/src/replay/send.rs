@@ -1,12 +1,15 @@
 //! One batch of a replay job: its rows decoded into messages (with the job's header and target),
 //! or passed over with the reason; published together on one confirm channel, which keeps their
-//! order; and how far, in the job's order, everything was confirmed.
+//! order ([`Batch::publish`]); and, once its confirms are in, how far in the job's order
+//! everything was confirmed ([`Published::settle`]).
 
 use std::sync::Arc;
 
 use futures::future::join_all;
 use outbox_ops::replay::{Cursor, ReplayRouting, ReplayTarget};
-use outbox_types::{Event, HeaderValue, OutgoingMessage, PublishFailure, PublishOutcome, Publisher, wire};
+use outbox_types::{
+    ConfirmFuture, Event, HeaderValue, OutgoingMessage, PublishFailure, PublishOutcome, Publisher, wire,
+};
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 use uuid::Uuid;
@@ -97,11 +100,33 @@ impl Batch {
         Ok(batch)
     }
 
-    /// Publishes the messages and awaits their confirms (until `timeout`); what was done, in order.
-    pub(super) async fn send<P: Publisher>(self, publisher: &P, timeout: std::time::Duration) -> Sent {
+    /// Publishes the messages (the confirms are awaited by [`Published::settle`]).
+    pub(super) async fn publish<P: Publisher>(self, publisher: &P) -> Published {
+        let sent_at = tokio::time::Instant::now();
         let confirms = if self.messages.is_empty() { Vec::new() } else { publisher.publish(self.messages).await };
+        Published { items: self.items, confirms, sent_at }
+    }
+
+    /// The cursor after the batch's last row.
+    pub(super) fn last(&self) -> Option<&Cursor> {
+        self.items.last().map(|(cursor, _)| cursor)
+    }
+}
+
+/// A batch handed to the broker, its confirms outstanding.
+pub(super) struct Published {
+    items: Vec<(Cursor, Item)>,
+    confirms: Vec<ConfirmFuture>,
+    sent_at: tokio::time::Instant,
+}
+
+impl Published {
+    /// Awaits the confirms (until `timeout` after the publish); what was done, in the job's order,
+    /// up to the first message not confirmed.
+    pub(super) async fn settle(self, timeout: std::time::Duration) -> Sent {
         // No confirm in time: every message counts as unconfirmed, and the batch goes again.
-        let outcomes = tokio::time::timeout(timeout, join_all(confirms)).await.unwrap_or_default();
+        let outcomes =
+            tokio::time::timeout_at(self.sent_at + timeout, join_all(self.confirms)).await.unwrap_or_default();
         let mut sent = Sent::default();
         for (cursor, item) in self.items {
             match item {
@@ -114,10 +139,8 @@ impl Batch {
                         return sent;
                     }
                     None => {
-                        sent.failure = Some(PublishFailure::new(
-                            outbox_types::FailureKind::Transient,
-                            format!("no confirm within {} s", timeout.as_secs_f64()),
-                        ));
+                        let reason = format!("no confirm within {} s", timeout.as_secs_f64());
+                        sent.failure = Some(PublishFailure::new(outbox_types::FailureKind::Transient, reason));
                         return sent;
                     }
                 },

@@ -8,8 +8,9 @@ use outbox_types::PayloadCipher;
 
 use crate::routing::RoutingStrategy;
 
-/// Events per batch by default: one read, one publish, one progress record. At most this many are
-/// sent twice when the process running a job dies.
+/// Events per batch by default: one read, one publish, one progress record. Two batches are out
+/// with the broker at a time, so at most twice this many are sent twice when the process running a
+/// job dies.
 pub const DEFAULT_BATCH_SIZE: usize = 500;
 
 /// What a replay runner reports after each batch.
