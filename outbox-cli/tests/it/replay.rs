@@ -241,3 +241,27 @@ async fn sealed_payloads_are_opened_with_the_keys_or_reported_without_them() {
     broker.close().await.expect("cleanup");
     db.close().await.expect("cleanup");
 }
+
+/// A target that routes nowhere (a queue name mistyped) fails the job with the broker's reason,
+/// sends nothing further, and says so in one line; the job can be resumed once it is repaired.
+#[tokio::test]
+async fn a_target_that_routes_nowhere_fails_the_job_with_the_reason() {
+    let (db, broker, _queue, recorder, _) = setup(Load { entities: 3, per_entity: 3 }).await;
+    let missing = broker.name("no-such-queue");
+    let amqp = outbox_testkit::amqp_url();
+    let run = output(&db.url(), &["replay", "start", "--all", "--to-queue", &missing, "--amqp-url", &amqp]).await;
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{err}");
+    let line = err.lines().find(|l| l.starts_with("outbox: error: ")).unwrap_or_default();
+    assert!(line.contains("failed: the target refuses the events"), "{err}");
+    let (id, sent, state) = the_job(&db).await;
+    assert_eq!((sent, state.as_str()), (0, "failed"));
+    let shown = output(&db.url(), &["replay", "show", &id.to_string(), "--json"]).await;
+    let job: serde_json::Value = serde_json::from_slice(&shown.stdout).expect("JSON");
+    let reason = job["last_error"].as_str().unwrap_or_default().to_owned();
+    assert!(reason.starts_with("rejected") && reason.contains("NO_ROUTE"), "{reason}");
+    assert_eq!(recorder.count(), 0);
+    drop(recorder);
+    broker.close().await.expect("cleanup");
+    db.close().await.expect("cleanup");
+}
