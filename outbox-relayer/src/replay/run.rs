@@ -188,8 +188,9 @@ impl<'r, P: Publisher> Run<'r, P> {
     /// Reads the rows after the read cursor and publishes them, at the job's pace; at the end of
     /// the entities' part, moves on to the events of no entity.
     async fn send_next(&mut self, stop: &mut Pin<&mut impl Future<Output = ()>>) -> Result<Option<JobState>> {
-        let pool = &self.replayer.pool;
-        let rows = replay::next_rows(pool, &self.job, &self.read, self.limit as i64).await?;
+        let mut tx = self.replayer.pool.begin().await?;
+        let rows = replay::next_rows(&mut tx, &self.job, &self.read, self.limit as i64).await?;
+        tx.commit().await?;
         if rows.is_empty() {
             match self.read {
                 Cursor::Unordered(_) => self.exhausted = true,
