@@ -146,14 +146,14 @@ struct Run<'r, P> {
     report: ReplayReport,
     pace: Pace,
     backoff: Backoff,
-    /// Rows per batch: a limited rate goes in about five batches a second rather than in bursts.
+    /// Rows per batch: a limited rate goes in about ten batches a second rather than in bursts.
     limit: usize,
 }
 
 impl<'r, P: Publisher> Run<'r, P> {
     fn new(replayer: &'r Replayer<P>, job: ReplayJob, routing: Arc<dyn RoutingStrategy>, report: ReplayReport) -> Self {
         let batch_size = replayer.settings.batch_size;
-        let limit = job.rate.map_or(batch_size, |rate| batch_size.min((rate as usize / 5).max(1)));
+        let limit = job.rate.map_or(batch_size, |rate| batch_size.min((rate as usize / 10).max(1)));
         Self {
             replayer,
             read: job.cursor.clone(),
