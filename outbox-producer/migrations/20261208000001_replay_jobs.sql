@@ -43,8 +43,3 @@ CREATE TABLE outbox_replay_jobs (
 
 -- `outbox status` lists the jobs that are not finished; `outbox replay list` the latest ones.
 CREATE INDEX outbox_replay_jobs_created ON outbox_replay_jobs (created_at);
-
--- A replay job's second part, the events of no entity, by id: without it each batch would walk the
--- primary key over every event of an entity to find the few of none. Only events of no entity are
--- in it, so an ordered event's enqueue and publishing write no entry here.
-CREATE INDEX outbox_events_unordered ON outbox_events (id) WHERE entity_key IS NULL;

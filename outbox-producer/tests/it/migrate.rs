@@ -105,3 +105,43 @@ async fn the_schema_accepts_exactly_the_status_names_of_the_core_type() {
         assert_eq!(status.parse::<Status>().map(Status::as_str), Ok(status));
     }
 }
+
+/// Each migration's version and the first 16 hex digits of its checksum, as databases applied it:
+/// outbox migrations, then inbox migrations. A new migration adds its line; a line never changes.
+const APPLIED: &[(&str, i64, &str)] = &[
+    ("outbox", 20261202000001, "15e22b646527c974"),
+    ("outbox", 20261202000002, "ca81afca482e8d7d"),
+    ("outbox", 20261202000003, "24fdbee847edfd1b"),
+    ("outbox", 20261202000004, "ea4e5d30c34a70a2"),
+    ("outbox", 20261203000004, "0e8dbdf83e34a4b2"),
+    ("outbox", 20261205000001, "9d58cb1eded3edbf"),
+    ("outbox", 20261205000002, "38e8bdb38a229702"),
+    ("outbox", 20261205000003, "c54e23dfb7c4d849"),
+    ("outbox", 20261206000001, "5c5e97fb2ff1f195"),
+    ("outbox", 20261207000001, "fdf433e02fdb18fd"),
+    ("outbox", 20261208000001, "5f4c4590236fdb9b"),
+    ("outbox", 20261208000002, "ca137be33c2a08b4"),
+    ("inbox", 20261202000001, "024b8114b146a624"),
+    ("inbox", 20261205000001, "3a435ecfb25ff756"),
+    ("inbox", 20261206000001, "e196d064f9935294"),
+    ("inbox", 20261206000002, "8e698606b8b62ba4"),
+];
+
+/// A migration a database has applied is never edited: sqlx then refuses to start on that database
+/// ("previously applied but has been modified"), in production as on a CI machine whose servers
+/// keep their databases. Change the schema with a new migration instead.
+#[test]
+fn applied_migrations_are_never_edited() {
+    let mut found = Vec::new();
+    for (side, migrator) in [("outbox", outbox_producer::migrator()), ("inbox", outbox_inbox::migrator())] {
+        for m in migrator.iter() {
+            let hex: String = m.checksum.iter().take(8).map(|b| format!("{b:02x}")).collect();
+            found.push((side, m.version, hex));
+        }
+    }
+    let pinned: Vec<(&str, i64, String)> = APPLIED.iter().map(|(s, v, h)| (*s, *v, (*h).to_owned())).collect();
+    for (i, pin) in pinned.iter().enumerate() {
+        assert_eq!(found.get(i), Some(pin), "an applied migration was edited or removed; found: {found:#?}");
+    }
+    assert_eq!(found.len(), pinned.len(), "a new migration: add its line to APPLIED; found: {found:#?}");
+}
