@@ -47,8 +47,8 @@ async fn start(pool: &PgPool, db: PgConnectOptions, args: StartArgs) -> Result<(
         }
         return incomplete_survey("dry run", &survey);
     }
-    if !args.no_run && args.send.amqp_url.iter().all(|u| u.trim().is_empty()) {
-        return Err(CliError::NoAmqpUrl);
+    if !args.no_run {
+        amqp_given(&args.send)?;
     }
     let mut job = NewReplayJob::new(selection, target(&args.target));
     if let Some(rate) = args.rate {
@@ -85,9 +85,7 @@ async fn resume(pool: &PgPool, db: PgConnectOptions, args: ResumeArgs) -> Result
 /// Runs `job` in this process until it ends or SIGTERM / SIGINT, with progress on stderr.
 async fn send(db: PgConnectOptions, job: &ReplayJob, args: &SendArgs) -> Result<ReplayReport, CliError> {
     let shutdown = Shutdown::install()?;
-    if args.amqp_url.iter().all(|u| u.trim().is_empty()) {
-        return Err(CliError::NoAmqpUrl);
-    }
+    amqp_given(args)?;
     let endpoint = match args.metrics_addr {
         Some(addr) => Some(crate::serve::start(addr, None).await?),
         None => None,
@@ -108,6 +106,11 @@ async fn send(db: PgConnectOptions, job: &ReplayJob, args: &SendArgs) -> Result<
         endpoint.abort();
     }
     Ok(outcome?)
+}
+
+/// A broker URL was given (checked before a job is recorded, so that none is left unrun for it).
+fn amqp_given(args: &SendArgs) -> Result<(), CliError> {
+    if args.amqp_url.iter().all(|u| u.trim().is_empty()) { Err(CliError::NoAmqpUrl) } else { Ok(()) }
 }
 
 fn replayer(

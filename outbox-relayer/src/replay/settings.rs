@@ -27,7 +27,6 @@ pub struct ReplayProgress {
 pub(super) type OnProgress = Arc<dyn Fn(ReplayProgress) + Send + Sync>;
 
 /// The settings of a [`Replayer`](super::Replayer).
-#[derive(Clone)]
 pub(super) struct Settings {
     pub(super) batch_size: usize,
     pub(super) confirm_timeout: Duration,
