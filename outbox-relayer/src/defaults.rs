@@ -43,3 +43,7 @@ pub const GAUGE_INTERVAL: Duration = Duration::from_secs(10);
 pub const SUMMARY_INTERVAL: Duration = Duration::from_secs(60);
 /// How often a relay with retention deletes old final rows.
 pub const RETENTION_INTERVAL: Duration = Duration::from_secs(60);
+/// How long a connection of a relay with a bounded pool
+/// ([`RelayBuilder::max_connections`](crate::RelayBuilder::max_connections), every relay of a
+/// fleet) stays open unused before it closes.
+pub const IDLE_CONNECTION: Duration = Duration::from_secs(10);

@@ -17,6 +17,9 @@ pub enum Error {
     /// A relay setting is out of range.
     #[error("invalid configuration: {0}")]
     InvalidConfig(&'static str),
+    /// A list of a fleet's databases that does not read (the line and why, never a URL).
+    #[error("invalid list of databases: {0}")]
+    InvalidList(String),
     /// A row read from the outbox does not hold what the schema promises.
     #[error("corrupt outbox row {id}: {what}")]
     CorruptRow {
@@ -46,7 +49,7 @@ impl Error {
     /// The class of failure: whether trying again can help.
     pub fn kind(&self) -> FailureKind {
         match self {
-            Self::CorruptRow { .. } | Self::InvalidConfig(_) => FailureKind::Contract,
+            Self::CorruptRow { .. } | Self::InvalidConfig(_) | Self::InvalidList(_) => FailureKind::Contract,
             Self::Crashed | Self::Stopped => FailureKind::Transient,
             Self::Database(e) => database_kind(e),
             Self::Broker(e) => e.kind(),
@@ -63,6 +66,7 @@ impl std::fmt::Debug for Error {
             Self::Database(e) => f.debug_tuple("Database").field(&RedactedSqlx(e)).finish(),
             Self::Broker(e) => f.debug_tuple("Broker").field(e).finish(),
             Self::InvalidConfig(what) => f.debug_tuple("InvalidConfig").field(what).finish(),
+            Self::InvalidList(why) => f.debug_tuple("InvalidList").field(why).finish(),
             Self::CorruptRow { id, what } => f.debug_struct("CorruptRow").field("id", id).field("what", what).finish(),
             Self::Ops(e) => f.debug_tuple("Ops").field(e).finish(),
             Self::NoSuchJob(id) => f.debug_tuple("NoSuchJob").field(id).finish(),

@@ -31,6 +31,7 @@
 
 pub mod defaults;
 mod error;
+pub mod fleet;
 mod gauges;
 mod metrics;
 #[cfg(feature = "otel")]

@@ -2,7 +2,7 @@
 //! and its description in one place. [`describe`] is called when a relay is built, so that an
 //! exporter installed before shows the descriptions.
 
-use ::metrics::{Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
+use ::metrics::{Label, Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 use outbox_types::FailureKind;
 
 /// Events the broker confirmed and the relay recorded as published (counter).
@@ -43,6 +43,17 @@ pub(crate) const VACUUM_SECONDS: &str = "outbox_relay_vacuum_seconds";
 pub(crate) const REPLAYED: &str = "outbox_replay_events_total";
 /// Events the replay job this process runs has still to go through (gauge; 0 when it ends).
 pub(crate) const REPLAY_REMAINING: &str = "outbox_replay_events_remaining";
+
+/// The processes of the fleet this process belongs to, as it last saw them (gauge).
+pub(crate) const FLEET_MEMBERS: &str = "outbox_fleet_members";
+/// The databases in the fleet's list (gauge).
+pub(crate) const FLEET_DATABASES: &str = "outbox_fleet_databases";
+/// The databases this process relays now (gauge).
+pub(crate) const FLEET_RELAYING: &str = "outbox_fleet_databases_relayed";
+/// Whether this process relays the database, label `database` (gauge, 1 or 0).
+pub(crate) const FLEET_RELAYED: &str = "outbox_fleet_database_relayed";
+/// Whether a database this process relays fails its claims, label `database` (gauge, 1 or 0).
+pub(crate) const FLEET_FAILING: &str = "outbox_fleet_database_failing";
 
 /// Events waiting to be published, held ones included (gauge; exact up to 100,000).
 pub(crate) const WAITING: &str = "outbox_events_waiting";
@@ -90,6 +101,11 @@ pub(crate) fn describe() {
         "Events replay jobs sent again (label outcome: sent, or passed_over for a scrubbed payload or a key not held)."
     );
     describe_gauge!(REPLAY_REMAINING, "Events the replay job this process runs has still to go through.");
+    describe_gauge!(FLEET_MEMBERS, "Processes of the fleet, as this one last saw them.");
+    describe_gauge!(FLEET_DATABASES, "Databases in the fleet's list.");
+    describe_gauge!(FLEET_RELAYING, "Databases this process relays now.");
+    describe_gauge!(FLEET_RELAYED, "Whether this process relays the database (label database): 1 or 0.");
+    describe_gauge!(FLEET_FAILING, "Whether a database this process relays fails its claims (label database): 1 or 0.");
     describe_gauge!(WAITING, "Events waiting to be published, held ones included (exact up to 100,000).");
     describe_gauge!(HELD, "Events held behind a quarantined event of their entity.");
     describe_gauge!(OLDEST_WAITING, Unit::Seconds, "Age of the oldest waiting event.");
@@ -119,21 +135,32 @@ pub(crate) fn describe() {
 /// (failure kinds, claim results), when a relay starts: a fresh deployment's `/metrics` then shows
 /// zeros, and its dashboards and alerts read 0 instead of "no data". The gauges are set by the
 /// first reading of the backlog, at start.
-pub(crate) fn initialise() {
+pub(crate) fn initialise(labels: &[Label]) {
+    let and = |key: &'static str, value: &'static str| {
+        let mut all = labels.to_vec();
+        all.push(Label::new(key, value));
+        all
+    };
     for name in [PUBLISHED, QUARANTINED, LOST_CLAIMS, PUBLISH_ATTEMPTS, TAKEOVERS, VACUUMS, VACUUMS_SKIPPED] {
-        counter!(name).increment(0);
+        counter!(name, labels.to_vec()).increment(0);
     }
     for found in ["rows", "none"] {
-        counter!(CLAIMS, "found" => found).increment(0);
+        counter!(CLAIMS, and("found", found)).increment(0);
     }
     for kind in FailureKind::ALL {
-        counter!(PUBLISH_FAILURES, "kind" => kind.as_str()).increment(0);
-        counter!(PUBLISH_RETRIES, "kind" => kind.as_str()).increment(0);
+        counter!(PUBLISH_FAILURES, and("kind", kind.as_str())).increment(0);
+        counter!(PUBLISH_RETRIES, and("kind", kind.as_str())).increment(0);
     }
     for name in [COMMIT_TO_CONFIRM, PUBLISH_TO_CONFIRM, AGE_AT_CLAIM, CLAIM_SECONDS, RECORD_SECONDS, VACUUM_SECONDS] {
         // Registering the handle is what creates the series; nothing is recorded.
-        drop(histogram!(name));
+        drop(histogram!(name, labels.to_vec()));
     }
+}
+
+/// The labels of a relay's metrics: `database` with its database's name, if it has one (every
+/// relay of a fleet); none otherwise.
+pub(crate) fn database_labels(database: Option<&str>) -> Vec<Label> {
+    database.map(|name| Label::new("database", name.to_owned())).into_iter().collect()
 }
 
 /// Counts a replay batch: `sent` confirmed, `passed_over` not sendable; `remaining` events to go.

@@ -110,6 +110,9 @@ impl<P: Publisher> RelayBuilder<P> {
                 retention_interval: defaults::RETENTION_INTERVAL,
                 cipher: None,
                 end_to_end: false,
+                database: None,
+                max_connections: None,
+                notifications: true,
                 #[cfg(feature = "fail-points")]
                 crash_at: None,
             },
@@ -350,6 +353,38 @@ impl<P: Publisher> RelayBuilder<P> {
         self
     }
 
+    /// Names the relay's database in its metrics (label `database`) and log lines (field
+    /// `database`). Give a short, stable name, never the URL: it is what a dashboard groups by.
+    /// Defaults to none: no label, as for a relay of one database. Every relay of a
+    /// [`Fleet`](crate::fleet::Fleet) has its database's name.
+    #[must_use]
+    pub fn database_name(mut self, name: impl Into<String>) -> Self {
+        self.settings.database = Some(name.into());
+        self
+    }
+
+    /// Bounds the relay's pool to `n` connections (at least 1), which close after 10 s unused
+    /// ([`defaults::IDLE_CONNECTION`]). Defaults to a pool sized for the confirm window (two
+    /// connections per full batch and four more, kept open): what a relay of one database wants,
+    /// and too many for a process that relays many databases against PostgreSQL's
+    /// `max_connections`. A relay whose work waits for its connections is slower, not wrong.
+    #[must_use]
+    pub fn max_connections(mut self, n: u32) -> Self {
+        self.settings.max_connections = Some(n.max(1));
+        self
+    }
+
+    /// Whether the relay LISTENs for commits: `true` (the default) keeps a connection for the
+    /// LISTEN and, while it waits, one for its presence, so that a commit wakes an idle relay at
+    /// once. `false` saves both connections: the relay finds new events by polling
+    /// ([`RelayBuilder::poll_interval`]) and commits never notify it. A relay of many databases
+    /// polls, since two connections per database would exceed PostgreSQL's `max_connections`.
+    #[must_use]
+    pub fn notifications(mut self, on: bool) -> Self {
+        self.settings.notifications = on;
+        self
+    }
+
     /// Arms a crash point: the relay stops there as if its process died. For failure tests.
     #[cfg(feature = "fail-points")]
     #[must_use]
@@ -378,8 +413,11 @@ impl<P: Publisher> RelayBuilder<P> {
         if !s.synchronous_commit {
             session.push(("synchronous_commit", "off"));
         }
+        let sized = u32::try_from(batches * 2 + 4).unwrap_or(16);
         let pool = sqlx::postgres::PgPoolOptions::new()
-            .max_connections(u32::try_from(batches * 2 + 4).unwrap_or(16))
+            .max_connections(s.max_connections.unwrap_or(sized))
+            // A relay of many databases keeps few connections: those idle for a while close.
+            .idle_timeout(s.max_connections.map(|_| defaults::IDLE_CONNECTION))
             // The pool is sized for the relay's own work, so a connection is free at once or the
             // database is away: a statement waits for one only briefly, and a shutdown during an
             // outage is not held up by sqlx's default of 30 s.

@@ -23,14 +23,19 @@ pub(super) async fn claim<P>(shared: &Shared<P>, limit: usize, token: Uuid) -> R
         if !taken.rows.is_empty() || !taken.corrupt.is_empty() {
             shared.low_water.claimed();
         }
-        metrics::histogram!(crate::metrics::CLAIM_SECONDS).record(started.elapsed().as_secs_f64());
+        metrics::histogram!(crate::metrics::CLAIM_SECONDS, shared.labels.clone())
+            .record(started.elapsed().as_secs_f64());
         report_takeovers(shared, &taken.taken_over);
         set_aside_corrupt(shared, taken, token).await?
     };
-    metrics::counter!(crate::metrics::CLAIMS, "found" => if claimed.is_empty() { "none" } else { "rows" }).increment(1);
+    metrics::counter!(
+        crate::metrics::CLAIMS,
+        shared.labels_and("found", if claimed.is_empty() { "none" } else { "rows" })
+    )
+    .increment(1);
     let now = SystemTime::now();
     for c in &claimed {
-        metrics::histogram!(crate::metrics::AGE_AT_CLAIM)
+        metrics::histogram!(crate::metrics::AGE_AT_CLAIM, shared.labels.clone())
             .record(now.duration_since(c.event.created_at).unwrap_or_default().as_secs_f64());
     }
     #[cfg(feature = "fail-points")]
@@ -63,7 +68,7 @@ async fn set_aside_corrupt<P>(shared: &Shared<P>, taken: store::Taken, token: Uu
             }
         })
         .collect();
-    metrics::counter!(crate::metrics::QUARANTINED).increment(failures.len() as u64);
+    metrics::counter!(crate::metrics::QUARANTINED, shared.labels.clone()).increment(failures.len() as u64);
     // One transaction: a relay that dies here leaves no successor leased behind a quarantined
     // row, where no claim would take it over.
     let mut tx = shared.pool.begin().await?;
@@ -94,7 +99,7 @@ fn hold_back_successors(mut rows: Vec<store::Claimed>, corrupt: &[store::Corrupt
 /// taken from: a relay died, stalled or lost its database for longer than its lease.
 fn report_takeovers<P>(shared: &Shared<P>, taken_over: &[(String, usize)]) {
     for (from, rows) in taken_over {
-        metrics::counter!(crate::metrics::TAKEOVERS).increment(*rows as u64);
+        metrics::counter!(crate::metrics::TAKEOVERS, shared.labels.clone()).increment(*rows as u64);
         shared.tally.taken_over(*rows as u64);
         tracing::info!(from = %from, rows, "outbox.takeover: claimed rows whose lease had expired");
     }

@@ -352,6 +352,10 @@ async fn idle_wait<P>(shared: &Shared<P>, quiet_since: &mut Option<tokio::time::
     if since.elapsed() < s.linger {
         return IdleWait::FastPoll;
     }
+    if !s.notifications {
+        // Commits do not notify this relay: it polls.
+        return IdleWait::For(s.poll_interval);
+    }
     match shared.presence.wait(s.poll_interval * 3).await {
         // A commit whose trigger ran before the relay began to wait did not notify it, and may
         // become visible a moment later: look once more shortly.

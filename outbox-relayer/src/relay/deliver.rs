@@ -47,10 +47,10 @@ pub(super) async fn deliver<P: Publisher>(
     count_outcomes(shared, &sorted, now);
     let mut report = BatchReport { claimed: claimed.len(), ..BatchReport::default() };
     record::record(shared, &sorted, token, &mut report, Recording::new(lease_ends, hard)).await?;
-    metrics::counter!(crate::metrics::PUBLISHED).increment(report.published as u64);
-    metrics::counter!(crate::metrics::QUARANTINED).increment(report.quarantined as u64);
+    metrics::counter!(crate::metrics::PUBLISHED, shared.labels.clone()).increment(report.published as u64);
+    metrics::counter!(crate::metrics::QUARANTINED, shared.labels.clone()).increment(report.quarantined as u64);
     if report.lost_claims > 0 {
-        metrics::counter!(crate::metrics::LOST_CLAIMS).increment(report.lost_claims as u64);
+        metrics::counter!(crate::metrics::LOST_CLAIMS, shared.labels.clone()).increment(report.lost_claims as u64);
         tracing::warn!(
             lost = report.lost_claims,
             "claims were taken over by another relay before their outcome was recorded"
@@ -134,16 +134,18 @@ async fn send<P: Publisher>(
     outgoing: &mut [Option<OutgoingMessage>],
 ) -> Vec<impl Future<Output = (usize, PublishOutcome)> + use<P>> {
     let mut messages: Vec<_> = which.iter().filter_map(|&i| outgoing[i].take()).collect();
-    metrics::counter!(crate::metrics::PUBLISH_ATTEMPTS).increment(messages.len() as u64);
+    metrics::counter!(crate::metrics::PUBLISH_ATTEMPTS, shared.labels.clone()).increment(messages.len() as u64);
     let mut spans = publish_spans(claimed, which, &mut messages).into_iter();
     let sent = Instant::now();
     let confirms = shared.publisher.publish(messages).await;
+    let to_confirm = metrics::histogram!(crate::metrics::PUBLISH_TO_CONFIRM, shared.labels.clone());
     which
         .iter()
         .zip(confirms)
         .map(|(&i, f)| {
+            let to_confirm = to_confirm.clone();
             let confirmed = f.map(move |outcome| {
-                metrics::histogram!(crate::metrics::PUBLISH_TO_CONFIRM).record(sent.elapsed().as_secs_f64());
+                to_confirm.record(sent.elapsed().as_secs_f64());
                 (i, outcome)
             });
             confirmed.instrument(spans.next().unwrap_or_else(Span::none))
@@ -156,24 +158,30 @@ async fn send<P: Publisher>(
 /// quarantine logged at `warn` and the failure at `debug`.
 fn count_outcomes<P>(shared: &Shared<P>, sorted: &Outcomes<'_>, now: SystemTime) {
     for c in &sorted.published {
-        metrics::histogram!(crate::metrics::COMMIT_TO_CONFIRM)
+        metrics::histogram!(crate::metrics::COMMIT_TO_CONFIRM, shared.labels.clone())
             .record(now.duration_since(c.event.created_at).unwrap_or_default().as_secs_f64());
     }
     for _ in 0..sorted.unavailable {
         shared.tally.failed(FailureKind::Unavailable);
-        metrics::counter!(crate::metrics::PUBLISH_FAILURES, "kind" => FailureKind::Unavailable.as_str()).increment(1);
+        metrics::counter!(
+            crate::metrics::PUBLISH_FAILURES,
+            shared.labels_and("kind", FailureKind::Unavailable.as_str())
+        )
+        .increment(1);
     }
     for outcome::Charged { row: c, failure, decision } in &sorted.charged {
         match decision {
             RetryDecision::RetryAt(_) => {
-                metrics::counter!(crate::metrics::PUBLISH_RETRIES, "kind" => failure.kind.as_str()).increment(1);
+                metrics::counter!(crate::metrics::PUBLISH_RETRIES, shared.labels_and("kind", failure.kind.as_str()))
+                    .increment(1);
             }
             RetryDecision::Quarantine(reason) => {
                 tracing::warn!(event_id = %c.event.id, entity = ?c.event.entity.as_ref().map(|e| &e.key),
                     correlation_id = c.event.correlation_id.as_deref(), kind = %failure.kind, %reason, "outbox.quarantine");
             }
         }
-        metrics::counter!(crate::metrics::PUBLISH_FAILURES, "kind" => failure.kind.as_str()).increment(1);
+        metrics::counter!(crate::metrics::PUBLISH_FAILURES, shared.labels_and("kind", failure.kind.as_str()))
+            .increment(1);
         shared.tally.failed(failure.kind);
         tracing::debug!(event_id = %c.event.id, correlation_id = c.event.correlation_id.as_deref(), kind = %failure.kind,
             reason = %failure.reason, attempts = c.attempts, "outbox.publish_failed");

@@ -46,7 +46,7 @@ pub(super) async fn record<P>(
     let unsent = r.retry("give back unsent", || store::release(pool, &sorted.unsent, token, true)).await?;
     report.unavailable = sorted.unavailable;
     report.held_back = usize::try_from(unsent).unwrap_or(0).saturating_sub(sorted.unavailable);
-    metrics::histogram!(crate::metrics::RECORD_SECONDS).record(started.elapsed().as_secs_f64());
+    metrics::histogram!(crate::metrics::RECORD_SECONDS, shared.labels.clone()).record(started.elapsed().as_secs_f64());
     Ok(())
 }
 

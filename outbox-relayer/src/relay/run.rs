@@ -101,12 +101,13 @@ impl<P: Publisher> Relay<P> {
     /// [`Error::Crashed`] at an armed crash point; otherwise it keeps going through database and
     /// broker failures (logging them) and returns `Ok` after a graceful shutdown.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
-        let span = tracing::info_span!("outbox.relay", relay_id = %self.shared.settings.relay_id);
+        let s = &self.shared.settings;
+        let span = tracing::info_span!("outbox.relay", relay_id = %s.relay_id, database = s.database.as_deref());
         async move {
             let s = &self.shared.settings;
             // Stopped when this future ends or is dropped (aborted, panicked), however it ends.
             let _stopped = super::handle::StoppedOnDrop::running(self.shared.health.clone());
-            crate::metrics::initialise();
+            crate::metrics::initialise(&self.shared.labels);
             self.declare_exchange().await;
             let (stop_tx, stop_rx) = watch::channel(false);
             let (hard_tx, hard_rx) = watch::channel(false);
@@ -115,7 +116,9 @@ impl<P: Publisher> Relay<P> {
             tasks.spawn(async move { claim_loop::worker(shared, stop_rx, hard_rx).await }.in_current_span());
             // Dropped with this future (a relay aborted as if killed), the set aborts them too.
             let mut background = JoinSet::new();
-            background.spawn(tasks::listen(self.shared.clone()).in_current_span());
+            if s.notifications {
+                background.spawn(tasks::listen(self.shared.clone()).in_current_span());
+            }
             background.spawn(tasks::maintain(self.shared.clone()).in_current_span());
             background.spawn(tasks::vacuum(self.shared.clone()).in_current_span());
             background.spawn(tasks::gauges(self.shared.clone()).in_current_span());

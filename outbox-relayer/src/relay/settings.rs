@@ -49,6 +49,12 @@ pub(super) struct Settings {
     pub(super) retention_interval: Duration,
     pub(super) cipher: Option<outbox_types::PayloadCipher>,
     pub(super) end_to_end: bool,
+    /// The database's name in metrics (label `database`) and log lines; `None`: no label.
+    pub(super) database: Option<String>,
+    /// The most connections the relay's pool opens; `None`: sized for the confirm window.
+    pub(super) max_connections: Option<u32>,
+    /// Whether the relay LISTENs for commits (and has commits notify it while it waits).
+    pub(super) notifications: bool,
     #[cfg(feature = "fail-points")]
     pub(super) crash_at: Option<CrashPoint>,
 }

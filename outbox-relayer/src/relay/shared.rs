@@ -46,12 +46,15 @@ pub(super) struct Shared<P> {
     pub(super) tally: Tally,
     /// Where the claim's scan starts.
     pub(super) low_water: LowWater,
+    /// The labels of every metric of this relay: its database's name, if it has one.
+    pub(super) labels: Vec<metrics::Label>,
 }
 
 impl<P> Shared<P> {
     /// The state of a relay that has not started yet.
     pub(super) fn new(pool: PgPool, publisher: P, routing: Arc<dyn RoutingStrategy>, settings: Settings) -> Self {
         let presence = Presence::new(&settings.relay_id, pool.connect_options().as_ref().clone());
+        let labels = crate::metrics::database_labels(settings.database.as_deref());
         Self {
             pool,
             publisher,
@@ -66,7 +69,15 @@ impl<P> Shared<P> {
             health: Arc::default(),
             tally: Tally::default(),
             low_water: LowWater::default(),
+            labels,
         }
+    }
+
+    /// This relay's labels and `key = value`.
+    pub(super) fn labels_and(&self, key: &'static str, value: &'static str) -> Vec<metrics::Label> {
+        let mut labels = self.labels.clone();
+        labels.push(metrics::Label::new(key, value));
+        labels
     }
 
     /// Stops the relay as if killed if `point` is the armed crash point.

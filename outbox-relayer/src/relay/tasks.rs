@@ -61,24 +61,24 @@ pub(super) async fn vacuum<P: Publisher>(shared: Arc<Shared<P>>) {
         shared.published_since_vacuum.store(0, Ordering::Relaxed);
         let horizon = store::horizon(&shared.pool).await.unwrap_or(None);
         if horizon.is_some() && horizon == last_horizon {
-            metrics::counter!(crate::metrics::VACUUMS_SKIPPED).increment(1);
+            metrics::counter!(crate::metrics::VACUUMS_SKIPPED, shared.labels.clone()).increment(1);
             tracing::debug!("outbox table not vacuumed: the xmin horizon has not moved since the last vacuum");
             continue;
         }
-        if vacuum_once(&shared.pool).await {
+        if vacuum_once(&shared.pool, &shared.labels).await {
             last_horizon = horizon;
         }
     }
 }
 
 /// One vacuum of the outbox table, measured; false if it failed.
-async fn vacuum_once(pool: &sqlx::PgPool) -> bool {
+async fn vacuum_once(pool: &sqlx::PgPool, labels: &[metrics::Label]) -> bool {
     let started = std::time::Instant::now();
     match store::vacuum(pool).await {
         Ok(()) => {
             let took = started.elapsed();
-            metrics::counter!(crate::metrics::VACUUMS).increment(1);
-            metrics::histogram!(crate::metrics::VACUUM_SECONDS).record(took.as_secs_f64());
+            metrics::counter!(crate::metrics::VACUUMS, labels.to_vec()).increment(1);
+            metrics::histogram!(crate::metrics::VACUUM_SECONDS, labels.to_vec()).record(took.as_secs_f64());
             tracing::debug!(took_ms = took.as_millis(), "outbox table vacuumed");
             true
         }
@@ -150,7 +150,7 @@ pub(super) async fn gauges<P: Publisher>(shared: Arc<Shared<P>>) {
     loop {
         tick.tick().await;
         match outbox_ops::admin::backlog_from(&shared.pool, shared.low_water.position()).await {
-            Ok(backlog) => crate::gauges::record(&backlog, &mut kinds_seen),
+            Ok(backlog) => crate::gauges::record(&backlog, &mut kinds_seen, &shared.labels),
             Err(e) => tracing::debug!(error = %e, "could not read the backlog for the gauges"),
         }
     }
