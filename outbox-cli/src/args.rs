@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::builder::RangedU64ValueParser;
 use clap::error::ErrorKind;
-use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use outbox_relayer::defaults;
 
 // A path that reads the same whether this file is `crate::args` or included by a test with `#[path]`.
@@ -138,7 +138,7 @@ pub(crate) enum QueueTypeArg {
     Quorum,
 }
 
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub(crate) struct RelayArgs {
     /// RabbitMQ URL (`amqp://user:password@host:port/vhost` or `amqps://`). For a cluster, give
     /// each node: the flag repeated, or the URLs separated by commas (in `AMQP_URL` too); when the
@@ -181,9 +181,11 @@ pub(crate) struct RelayArgs {
     /// Claim lease in seconds (a crashed relay's rows are taken over after it). At most one day.
     #[arg(long, default_value = "30", value_parser = seconds)]
     pub(crate) lease_secs: Duration,
-    /// Polling interval in milliseconds (safety net behind LISTEN/NOTIFY). 1 to 86,400,000 (a day).
-    #[arg(long, default_value = "1000", value_parser = milliseconds)]
-    pub(crate) poll_interval_ms: Duration,
+    /// Polling interval in milliseconds: a safety net behind LISTEN/NOTIFY for one database
+    /// (default 1000); how soon an idle database's new events are found when relaying many (they
+    /// poll, default 250). 1 to 86,400,000 (a day).
+    #[arg(long, value_parser = milliseconds)]
+    pub(crate) poll_interval_ms: Option<Duration>,
     /// Seconds to wait for a batch's confirms; shorter than --lease-secs.
     #[arg(long, default_value = "10", value_parser = seconds)]
     pub(crate) confirm_timeout_secs: Duration,
@@ -228,6 +230,38 @@ pub(crate) struct RelayArgs {
     /// 127.0.0.1:9464. Off unless given, so that several relays can run on one host.
     #[arg(long, env = "OUTBOX_METRICS_ADDR")]
     pub(crate) metrics_addr: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    pub(crate) fleet: FleetArgs,
+}
+
+/// The databases of `outbox relay` when it relays many (see docs/many-databases.md).
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct FleetArgs {
+    /// Relay this database too: `NAME=URL` (repeat the flag). NAME (letters, digits, `_`, `-`,
+    /// `.`) labels its metrics and log lines. In place of --database-url; a URL here shows in the
+    /// process list, so prefer --databases-file for passwords.
+    #[arg(long = "database", value_name = "NAME=URL")]
+    pub(crate) databases: Vec<String>,
+    /// Relay the databases listed in this file, one `NAME URL` per line (`#` comments). Read again
+    /// on SIGHUP and when it changes: databases added are taken, those removed given back.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) databases_file: Option<std::path::PathBuf>,
+    /// The database (by NAME) in which the relay processes of the fleet find each other; every
+    /// process must name the same one. Defaults to the first listed (the first --database, else
+    /// the file's first line).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) fleet_database: Option<String>,
+    /// Connections each database's relay opens at most when relaying many; they close after 10 s
+    /// unused. 1 to 100.
+    #[arg(long, default_value_t = 1, value_parser = RangedU64ValueParser::<u32>::new().range(1..=100))]
+    pub(crate) connections_per_database: u32,
+}
+
+impl FleetArgs {
+    /// Whether the relay relays many databases (a list given).
+    pub(crate) fn is_fleet(&self) -> bool {
+        !self.databases.is_empty() || self.databases_file.is_some()
+    }
 }
 
 impl Cli {
@@ -240,8 +274,18 @@ impl Cli {
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
-        let cli = Self::try_parse_from(args)?;
+        let matches = Self::command().try_get_matches_from(args)?;
+        let cli = Self::from_arg_matches(&matches)?;
         cli.check()?;
+        let given = matches!(matches.value_source("database_url"), Some(clap::parser::ValueSource::CommandLine));
+        if let Command::Relay(relay) = &cli.command
+            && relay.fleet.is_fleet()
+            && given
+        {
+            let message = "--database-url names one database: give the others with --database or --databases-file, \
+                 or leave --database and --databases-file out";
+            return Err(Self::command().error(ErrorKind::ArgumentConflict, message));
+        }
         Ok(cli)
     }
 
@@ -315,7 +359,7 @@ mod tests {
         assert_eq!(args.lease_secs, defaults::LEASE);
         assert_eq!(args.confirm_timeout_secs, defaults::CONFIRM_TIMEOUT);
         assert_eq!(args.shutdown_deadline_secs, defaults::SHUTDOWN_DEADLINE);
-        assert_eq!(args.poll_interval_ms, defaults::POLL_INTERVAL);
+        assert_eq!(args.poll_interval_ms, None, "the relay's default, {:?}", defaults::POLL_INTERVAL);
         assert_eq!(args.exchange, defaults::EXCHANGE);
         assert_eq!(args.gauge_interval_secs, defaults::GAUGE_INTERVAL);
         assert_eq!(args.summary_interval_secs, defaults::SUMMARY_INTERVAL);

@@ -14,6 +14,9 @@ pub(crate) enum CliError {
     /// The database URL cannot be parsed; the reason never quotes it.
     #[error("DATABASE_URL is not a valid PostgreSQL URL: {0}")]
     DatabaseUrl(String),
+    /// The list of databases to relay cannot be read; the reason names the line, never a URL.
+    #[error("{0}")]
+    DatabaseList(String),
     /// The server was not reachable in time; the cause of the last attempt.
     #[error("cannot connect to {server}: {cause} (gave up after {:.1} s; --connect-timeout-secs sets how long to try)", after.as_secs_f64())]
     Unreachable {

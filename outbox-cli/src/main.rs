@@ -32,6 +32,7 @@ mod cleanup;
 mod connect;
 mod error;
 mod events;
+mod fleet;
 mod grant;
 mod inbox;
 mod logging;
@@ -62,9 +63,14 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         grant::print(args);
         return Ok(());
     }
+    let command = match cli.command {
+        // Many databases: no DATABASE_URL.
+        Command::Relay(args) if args.fleet.is_fleet() => return relay::run_fleet(*args).await,
+        command => command,
+    };
     let options = connect::options(cli.database_url.as_deref())?;
     let timeout = cli.connect_timeout_secs;
-    match cli.command {
+    match command {
         Command::Migrate { outbox_only, inbox_only } => {
             // A plain connection first: if the database cannot be reached, it says why.
             let conn = connect::within(&options, timeout).await?;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use outbox_relayer::{AmqpPublisher, QueueType, Relay, Topology};
+use outbox_relayer::{AmqpPublisher, QueueType, Relay, RelayBuilder, Topology};
 use outbox_types::ExchangeKind;
 use sqlx::postgres::PgConnectOptions;
 
@@ -34,6 +34,14 @@ pub(crate) async fn run(db: PgConnectOptions, connect_timeout: Duration, args: R
     outcome
 }
 
+/// Runs the relays of many databases (`--database`, `--databases-file`) until SIGTERM or SIGINT.
+///
+/// # Errors
+/// A list that does not read, configuration errors.
+pub(crate) async fn run_fleet(args: RelayArgs) -> Result<(), CliError> {
+    crate::fleet::run(args, Shutdown::install()?).await
+}
+
 async fn start_and_run(
     db: PgConnectOptions,
     connect_timeout: Duration,
@@ -51,7 +59,7 @@ async fn start_and_run(
         return Ok(());
     }
     let relay = relay(db, publisher.clone(), args)?;
-    let _ = probed.set(relay.clone());
+    let _ = probed.set(crate::serve::Probe::Relay(relay.clone()));
     Ok(relay.run(async move { shutdown.requested().await }).await?)
 }
 
@@ -60,38 +68,67 @@ async fn start_and_run(
 pub(crate) const PAYLOAD_KEYS: &str = "OUTBOX_PAYLOAD_KEYS";
 
 fn relay(db: PgConnectOptions, publisher: AmqpPublisher, args: RelayArgs) -> Result<Relay<AmqpPublisher>, CliError> {
-    let retention = retention(&args)?;
-    let mut builder = Relay::builder(db, publisher)
-        .exchange(args.exchange.clone())
-        .exchange_kind(exchange_kind(args.exchange_kind))
-        .declare_exchange(!args.no_declare_exchange)
-        .batch_size(args.batch_size)
-        .confirm_window(args.confirm_window)
-        .lease(args.lease_secs)
-        .poll_interval(args.poll_interval_ms)
-        .confirm_timeout(args.confirm_timeout_secs)
-        .shutdown_deadline(args.shutdown_deadline_secs)
-        .gauge_interval(Some(args.gauge_interval_secs))
-        .summary_interval(Some(args.summary_interval_secs))
-        .retention(retention)
-        .vacuum_after((args.vacuum_after_rows > 0).then_some(args.vacuum_after_rows));
-    if let Some(n) = args.partitions {
-        builder = builder.routing(outbox_relayer::Partitioned::new(n));
+    let setup = Setup::new(args)?;
+    Ok(setup.apply(Relay::builder(db, publisher), outbox_relayer::defaults::POLL_INTERVAL).build()?)
+}
+
+/// How every relay of the command is made: its flags, and what was read from them once (the
+/// retention, the payload keys, the topology), for one database or for each of many.
+#[derive(Clone)]
+pub(crate) struct Setup {
+    args: RelayArgs,
+    retention: Option<outbox_ops::Retention>,
+    cipher: Option<outbox_types::PayloadCipher>,
+    topology: Option<Topology>,
+}
+
+impl Setup {
+    /// Reads what the flags and the environment say.
+    ///
+    /// # Errors
+    /// An invalid retention, malformed payload keys.
+    pub(crate) fn new(args: RelayArgs) -> Result<Self, CliError> {
+        let retention = retention(&args)?;
+        let cipher = outbox_types::Keyring::from_env(PAYLOAD_KEYS)?.map(outbox_types::PayloadCipher::new);
+        let topology = declared(&args);
+        Ok(Self { args, retention, cipher, topology })
     }
-    if let Some(topology) = declared(&args) {
-        builder = builder.topology(&topology);
+
+    /// `builder` set up as the flags say; `poll` is the interval when --poll-interval-ms is not given.
+    pub(crate) fn apply(&self, builder: RelayBuilder<AmqpPublisher>, poll: Duration) -> RelayBuilder<AmqpPublisher> {
+        let args = &self.args;
+        let mut builder = builder
+            .exchange(args.exchange.clone())
+            .exchange_kind(exchange_kind(args.exchange_kind))
+            .declare_exchange(!args.no_declare_exchange)
+            .batch_size(args.batch_size)
+            .confirm_window(args.confirm_window)
+            .lease(args.lease_secs)
+            .poll_interval(args.poll_interval_ms.unwrap_or(poll))
+            .confirm_timeout(args.confirm_timeout_secs)
+            .shutdown_deadline(args.shutdown_deadline_secs)
+            .gauge_interval(Some(args.gauge_interval_secs))
+            .summary_interval(Some(args.summary_interval_secs))
+            .retention(self.retention.clone())
+            .vacuum_after((args.vacuum_after_rows > 0).then_some(args.vacuum_after_rows))
+            .end_to_end(args.end_to_end);
+        if let Some(n) = args.partitions {
+            builder = builder.routing(outbox_relayer::Partitioned::new(n));
+        }
+        if let Some(topology) = &self.topology {
+            builder = builder.topology(topology);
+        }
+        if let Some(app_id) = &args.app_id {
+            builder = builder.app_id(app_id.clone());
+        }
+        if let Some(id) = &args.relay_id {
+            builder = builder.relay_id(id.clone());
+        }
+        if let Some(cipher) = &self.cipher {
+            builder = builder.cipher(cipher.clone());
+        }
+        builder
     }
-    if let Some(app_id) = args.app_id {
-        builder = builder.app_id(app_id);
-    }
-    if let Some(id) = args.relay_id {
-        builder = builder.relay_id(id);
-    }
-    if let Some(keys) = outbox_types::Keyring::from_env(PAYLOAD_KEYS)? {
-        builder = builder.cipher(outbox_types::PayloadCipher::new(keys));
-    }
-    builder = builder.end_to_end(args.end_to_end);
-    Ok(builder.build()?)
 }
 
 /// The topology `--declare-queue` asks for: one queue bound with `#`, or the partitions.

@@ -16,9 +16,18 @@ use tokio::task::JoinHandle;
 
 use crate::error::CliError;
 
-/// The relay the probes ask, set once it is built (before that, the command waits for its
-/// servers: alive, not ready).
-pub(crate) type Probed = Arc<OnceLock<Relay<AmqpPublisher>>>;
+/// What the probes ask, set once it is built (before that, the command waits for its servers:
+/// alive, not ready).
+pub(crate) type Probed = Arc<OnceLock<Probe>>;
+
+/// The relay of one database, or the fleet of many.
+pub(crate) enum Probe {
+    Relay(Relay<AmqpPublisher>),
+    /// Whether the fleet's task runs: each database's state is in the metrics
+    /// (`outbox_fleet_database_failing`), since one failing database must not make the process
+    /// that relays fifty others unready.
+    Fleet(Arc<std::sync::atomic::AtomicBool>),
+}
 
 #[derive(Clone)]
 struct Endpoint {
@@ -57,14 +66,17 @@ async fn metrics_text(State(endpoint): State<Endpoint>) -> impl IntoResponse {
 async fn healthz(State(endpoint): State<Endpoint>) -> (StatusCode, &'static str) {
     match endpoint.relay.get() {
         None => (StatusCode::OK, "starting\n"),
-        Some(relay) if relay.health().is_live(relay.liveness_window()) => (StatusCode::OK, "ok\n"),
+        Some(Probe::Fleet(running)) => fleet_state(running),
+        Some(Probe::Relay(relay)) if relay.health().is_live(relay.liveness_window()) => (StatusCode::OK, "ok\n"),
         Some(_) => (StatusCode::SERVICE_UNAVAILABLE, "the claim loop stalled\n"),
     }
 }
 
 async fn readyz(State(endpoint): State<Endpoint>) -> (StatusCode, &'static str) {
-    let Some(relay) = endpoint.relay.get() else {
-        return (StatusCode::SERVICE_UNAVAILABLE, "waiting for the database and the broker\n");
+    let relay = match endpoint.relay.get() {
+        None => return (StatusCode::SERVICE_UNAVAILABLE, "waiting for the database and the broker\n"),
+        Some(Probe::Fleet(running)) => return fleet_state(running),
+        Some(Probe::Relay(relay)) => relay,
     };
     let health = relay.health();
     match (health.is_ready(), health.database_reachable, health.broker_reachable) {
@@ -72,5 +84,14 @@ async fn readyz(State(endpoint): State<Endpoint>) -> (StatusCode, &'static str) 
         (false, false, _) => (StatusCode::SERVICE_UNAVAILABLE, "the database does not answer\n"),
         (false, _, false) => (StatusCode::SERVICE_UNAVAILABLE, "the broker cannot be reached\n"),
         (false, ..) => (StatusCode::SERVICE_UNAVAILABLE, "starting\n"),
+    }
+}
+
+/// A fleet is live and ready while its task runs.
+fn fleet_state(running: &std::sync::atomic::AtomicBool) -> (StatusCode, &'static str) {
+    if running.load(std::sync::atomic::Ordering::Relaxed) {
+        (StatusCode::OK, "ok\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "the fleet stopped\n")
     }
 }

@@ -42,6 +42,11 @@ pub const RELAY_BACKLOG: Tiered<Load> =
 pub const RELAY_PROCESS_BACKLOG: Tiered<Load> =
     Tiered { fast: Load { entities: 200, per_entity: 40 }, long: Load { entities: 200, per_entity: 60 } };
 
+/// Events committed in each of the fifty databases two `outbox relay` processes share
+/// (`outbox-cli`'s `fleet`), in each of its two waves.
+pub const FLEET_PER_DATABASE: Tiered<Load> =
+    Tiered { fast: Load { entities: 10, per_entity: 4 }, long: Load { entities: 20, per_entity: 10 } };
+
 /// Three `outbox relay` processes draining one database (scenario 5 at scale), all started before
 /// the backlog is committed.
 pub const THREE_RELAYS_BACKLOG: Tiered<Load> =

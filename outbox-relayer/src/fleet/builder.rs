@@ -61,7 +61,7 @@ impl<P: Publisher + Clone> Fleet<P> {
 
 impl<P: Publisher + Clone> FleetBuilder<P> {
     /// Connections each database's relay opens at most (they close after 10 s unused).
-    pub const DEFAULT_CONNECTIONS_PER_DATABASE: u32 = 2;
+    pub const DEFAULT_CONNECTIONS_PER_DATABASE: u32 = 1;
     /// How often the fleet reads its members and reassigns the databases.
     pub const DEFAULT_LOOK_EVERY: Duration = Duration::from_secs(2);
 
@@ -83,7 +83,7 @@ impl<P: Publisher + Clone> FleetBuilder<P> {
         self
     }
 
-    /// Connections each database's relay opens at most: 2 by default. A process holds at most
+    /// Connections each database's relay opens at most: 1 by default. A process holds at most
     /// this many per database it relays, and one more for the fleet's membership; each database
     /// is relayed by one process of the fleet at a time.
     #[must_use]

@@ -81,10 +81,12 @@ impl<P: Publisher + Clone> Fleet<P> {
     /// logging them.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
         let mut members = Members::new();
-        let span = tracing::info_span!("outbox.fleet", member = members.me());
+        // At ERROR level, as the relays' spans: under any filter its lines name the member.
+        let span = tracing::error_span!("outbox.fleet", member = members.me());
         async move {
             crate::metrics::describe();
             let mut relayed: BTreeMap<String, Relayed> = BTreeMap::new();
+            let mut registered = false;
             let mut stopping = JoinSet::new();
             let mut list = self.databases.subscribe();
             let mut tick = tokio::time::interval(self.settings.look_every);
@@ -100,7 +102,13 @@ impl<P: Publisher + Clone> Fleet<P> {
                 let databases = list.borrow_and_update().clone();
                 let mine = self.mine(&databases, &mut members).await;
                 self.give_back(&mut relayed, &mine, &mut stopping);
-                self.take(&mut relayed, mine);
+                if registered {
+                    self.take(&mut relayed, mine);
+                }
+                // Processes started together see each other only once each has registered: a
+                // process takes no database before its second look, so that none takes them all
+                // at first only to give half of them back a moment later.
+                registered = true;
                 self.report(&databases, &relayed);
                 while stopping.try_join_next().is_some() {}
             }

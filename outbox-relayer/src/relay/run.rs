@@ -102,7 +102,10 @@ impl<P: Publisher> Relay<P> {
     /// broker failures (logging them) and returns `Ok` after a graceful shutdown.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<()> {
         let s = &self.shared.settings;
-        let span = tracing::info_span!("outbox.relay", relay_id = %s.relay_id, database = s.database.as_deref());
+        // At ERROR level, so that whatever the filter lets through, a line about this relay
+        // carries its id and database (an INFO span is off under `RUST_LOG=warn`, and its
+        // fields with it).
+        let span = tracing::error_span!("outbox.relay", relay_id = %s.relay_id, database = s.database.as_deref());
         async move {
             let s = &self.shared.settings;
             // Stopped when this future ends or is dropped (aborted, panicked), however it ends.
@@ -143,6 +146,8 @@ impl<P: Publisher> Relay<P> {
             }
             let result = self.wind_down(&mut tasks, result, &stop_tx, &hard_tx).await;
             self.shared.presence.leave().await;
+            // The relay's own connections close with it (a fleet gives back a database at once).
+            self.shared.pool.close().await;
             tracing::info!("relay stopped");
             result
         }

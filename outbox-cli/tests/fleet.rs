@@ -1,0 +1,296 @@
+//! `outbox relay` over fifty databases on the shared PostgreSQL (whose `max_connections` is the
+//! default 100), two processes sharing them. One database is unreachable for a while (a proxy in
+//! front of it refuses connections), another is not migrated; the other 48's events are all
+//! published once, in per-entity order, while both faults last; the two are drained once repaired.
+//! Then one process is killed and the other takes its databases over. The connections the fleet
+//! holds are counted throughout. Its own binary: it takes half the server's connections.
+
+#[path = "it/support.rs"]
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use outbox_producer::Outbox;
+use outbox_system_tests::Load;
+use outbox_system_tests::sizes::FLEET_PER_DATABASE;
+use outbox_testkit::{ChaosProxy, Recorder, TestBroker, wait_for};
+use outbox_types::NewEvent;
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{ConnectOptions, Connection, PgConnection};
+use support::{Running, closed_port, http_get, sample};
+use uuid::Uuid;
+
+const DATABASES: usize = 50;
+/// The database behind the proxy, and the one left unmigrated.
+const UNREACHABLE: usize = 13;
+const UNMIGRATED: usize = 37;
+const WAIT: Duration = Duration::from_secs(180);
+
+/// The fifty databases, created for the test and dropped after it.
+struct Databases {
+    admin: PgConnectOptions,
+    prefix: String,
+}
+
+impl Databases {
+    async fn create() -> Self {
+        let admin: PgConnectOptions = admin_url().parse().expect("admin URL");
+        let prefix = format!("outbox_fleet_{}", outbox_testkit::unique_suffix());
+        let mut conn = PgConnection::connect_with(&admin).await.expect("admin connection");
+        let template = format!("{prefix}_template");
+        execute(&mut conn, &format!("CREATE DATABASE \"{template}\"")).await;
+        let pool = sqlx::PgPool::connect_with(admin.clone().database(&template)).await.expect("template pool");
+        outbox_producer::migrate(&pool).await.expect("migrate the template");
+        pool.close().await;
+        for i in 0..DATABASES {
+            let from = if i == UNMIGRATED { "template0".to_owned() } else { template.clone() };
+            execute(&mut conn, &format!("CREATE DATABASE \"{prefix}_{i}\" TEMPLATE \"{from}\"")).await;
+        }
+        Self { admin, prefix }
+    }
+
+    fn options(&self, i: usize) -> PgConnectOptions {
+        self.admin.clone().database(&format!("{}_{i}", self.prefix))
+    }
+
+    async fn drop_all(admin: PgConnectOptions, prefix: String) {
+        let mut conn = PgConnection::connect_with(&admin).await.expect("admin connection");
+        for i in (0..DATABASES).map(|i| i.to_string()).chain(["template".to_owned()]) {
+            execute(&mut conn, &format!("DROP DATABASE IF EXISTS \"{prefix}_{i}\" WITH (FORCE)")).await;
+        }
+    }
+}
+
+impl Drop for Databases {
+    /// Drops the databases, whether the test passed or not: on a thread of its own, since the
+    /// test's runtime cannot be blocked on.
+    fn drop(&mut self) {
+        let (admin, prefix) = (self.admin.clone(), std::mem::take(&mut self.prefix));
+        let dropped = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            rt.block_on(Self::drop_all(admin, prefix));
+        });
+        let _ = dropped.join();
+    }
+}
+
+/// The two tests of this binary each take half the server's connections: one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn admin_url() -> String {
+    std::env::var("OUTBOX_TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}
+
+async fn execute(conn: &mut PgConnection, sql: &str) {
+    sqlx::query(sqlx::AssertSqlSafe(sql.to_owned())).execute(conn).await.expect(sql);
+}
+
+/// Commits `load` in database `i` (entities `d<i>-e<n>`, so that no two databases share one), in
+/// one transaction on a connection of its own; the ids.
+async fn enqueue(options: &PgConnectOptions, i: usize, load: Load, wave: usize) -> Vec<Uuid> {
+    let mut conn = PgConnection::connect_with(options).await.expect("connect to enqueue");
+    let events = (0..load.per_entity).flat_map(|round| {
+        (0..load.entities).map(move |e| {
+            NewEvent::json("tenant.changed", &serde_json::json!({ "wave": wave, "round": round }))
+                .expect("payload")
+                .entity(format!("d{i}-e{e}"))
+        })
+    });
+    let mut tx = conn.begin().await.expect("begin");
+    let ids = Outbox::new().enqueue_many(&mut tx, events).await.expect("enqueue");
+    tx.commit().await.expect("commit");
+    conn.close().await.expect("close");
+    ids.into_iter().map(|id| *id.as_uuid()).collect()
+}
+
+/// The list file: every database by name, the unreachable one through the proxy.
+fn list(databases: &Databases, proxy: &ChaosProxy) -> String {
+    (0..DATABASES)
+        .map(|i| {
+            let mut options = databases.options(i);
+            if i == UNREACHABLE {
+                options = options.host(&proxy.addr().ip().to_string()).port(proxy.addr().port());
+            }
+            format!("tenant-{i} {}\n", options.to_url_lossy())
+        })
+        .collect()
+}
+
+fn relay(file: &std::path::Path, exchange: &str, port: u16) -> Running {
+    let mut cmd = support::outbox();
+    cmd.arg("relay")
+        .args(["--exchange", exchange, "--no-declare-exchange", "--databases-file"])
+        .arg(file)
+        .args(["--fleet-database", "tenant-0"])
+        .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
+        .env("AMQP_URL", outbox_testkit::amqp_url())
+        .env("RUST_LOG", "warn");
+    Running::spawn(cmd)
+}
+
+/// How many databases the process serving `port` relays, once it saw `members` processes.
+async fn relayed(port: u16, members: f64) -> Option<u64> {
+    let (_, page) = http_get(port, "/metrics").await?;
+    (sample(&page, "outbox_fleet_members")? == members)
+        .then_some(sample(&page, "outbox_fleet_databases_relayed")? as u64)
+}
+
+/// Connections to the databases named `<prefix>_...` now, on the whole server.
+async fn connections(prefix: &str, conn: &mut PgConnection) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE datname LIKE $1 || '\\_%'")
+        .bind(prefix)
+        .fetch_one(conn)
+        .await
+        .expect("count connections")
+}
+
+/// The most connections to the fleet's databases seen in each phase of the test, sampled every
+/// 100 ms.
+#[derive(Clone, Default)]
+struct Connections {
+    phase: Arc<Mutex<&'static str>>,
+    most: Arc<Mutex<Vec<(&'static str, i64)>>>,
+}
+
+impl Connections {
+    fn sample(&self, databases: &Databases) -> tokio::task::JoinHandle<()> {
+        let (admin, prefix, this) = (databases.admin.clone(), databases.prefix.clone(), self.clone());
+        tokio::spawn(async move {
+            let mut conn = PgConnection::connect_with(&admin).await.expect("admin connection");
+            loop {
+                let now = connections(&prefix, &mut conn).await;
+                this.record(now);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    }
+
+    fn record(&self, now: i64) {
+        let phase = *self.phase.lock().expect("phase");
+        let mut most = self.most.lock().expect("most");
+        match most.iter_mut().find(|(p, _)| *p == phase) {
+            Some((_, n)) => *n = (*n).max(now),
+            None => most.push((phase, now)),
+        }
+    }
+
+    fn enter(&self, phase: &'static str) {
+        *self.phase.lock().expect("phase") = phase;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_databases_two_relays_a_fault_stalls_only_its_own_database() {
+    fleet(FLEET_PER_DATABASE.fast).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long tier"]
+async fn fifty_databases_two_relays_a_fault_stalls_only_its_own_database_long_tier() {
+    fleet(FLEET_PER_DATABASE.long).await;
+}
+
+async fn fleet(load: Load) {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let databases = Databases::create().await;
+    let broker = TestBroker::new().await.expect("broker");
+    let exchange = broker.declare_exchange("tenants", lapin::ExchangeKind::Topic).await.expect("exchange");
+    let queue = broker.declare_queue("all").await.expect("queue");
+    broker.bind(&queue, &exchange, "#").await.expect("bind");
+    let recorder = Recorder::start(&queue).await.expect("recorder");
+    let upstream = format!("{}:{}", databases.admin.get_host(), databases.admin.get_port());
+    let proxy = ChaosProxy::start(upstream.parse().expect("server address")).await.expect("proxy");
+    proxy.refuse();
+    let dir = std::env::temp_dir().join(format!("outbox-fleet-{}", outbox_testkit::unique_suffix()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("databases");
+    std::fs::write(&file, list(&databases, &proxy)).expect("write the list");
+    let connections = Connections::default();
+    connections.enter("two processes start");
+    let sampler = connections.sample(&databases);
+
+    // Two processes; both must see each other and share the fifty before events come.
+    let (port_a, port_b) = (closed_port(), closed_port());
+    let a = relay(&file, &exchange, port_a);
+    let mut b = relay(&file, &exchange, port_b);
+    let shares = wait_for("two processes sharing the fifty databases", WAIT, || async {
+        let (x, y) = (relayed(port_a, 2.0).await?, relayed(port_b, 2.0).await?);
+        (x + y == DATABASES as u64 && x > 0 && y > 0).then_some((x, y))
+    })
+    .await
+    .expect("shared");
+
+    // The first wave, both faults in place: the 48 others drain completely.
+    connections.enter("the first wave");
+    let healthy: Vec<usize> = (0..DATABASES).filter(|&i| i != UNREACHABLE && i != UNMIGRATED).collect();
+    let mut first = Vec::new();
+    for &i in &healthy {
+        first.extend(enqueue(&databases.options(i), i, load, 1).await);
+    }
+    let unreachable = enqueue(&databases.options(UNREACHABLE), UNREACHABLE, load, 1).await;
+    recorder.wait_all_delivered(first.iter().copied(), WAIT).await.expect("the 48 healthy databases drained");
+    assert!(
+        unreachable.iter().all(|id| !recorder.ids().contains(id)),
+        "nothing of the unreachable database went out while it was"
+    );
+
+    // Repaired: the proxy heals, the unmigrated database is migrated and gets its events.
+    connections.enter("repaired");
+    proxy.heal();
+    let pool = sqlx::PgPool::connect_with(databases.options(UNMIGRATED)).await.expect("pool");
+    outbox_producer::migrate(&pool).await.expect("migrate the repaired database");
+    pool.close().await;
+    let repaired = enqueue(&databases.options(UNMIGRATED), UNMIGRATED, load, 1).await;
+    let both: Vec<Uuid> = unreachable.iter().chain(&repaired).copied().collect();
+    recorder.wait_all_delivered(both.iter().copied(), WAIT).await.expect("the repaired databases drained");
+
+    // One process killed: the other takes its databases and publishes the second wave of all.
+    connections.enter("a process killed");
+    b.child.kill().expect("kill");
+    let _ = b.child.wait();
+    wait_for("one process relaying all fifty", WAIT, || async {
+        (relayed(port_a, 1.0).await? == DATABASES as u64).then_some(())
+    })
+    .await
+    .expect("taken over");
+    connections.enter("the second wave");
+    let mut second = Vec::new();
+    for i in 0..DATABASES {
+        second.extend(enqueue(&databases.options(i), i, load, 2).await);
+    }
+    recorder.wait_all_delivered(second.iter().copied(), WAIT).await.expect("the second wave drained");
+
+    let total = first.len() + both.len() + second.len();
+    let duplicates = recorder.duplicates();
+    let warnings: Vec<String> =
+        a.lines().into_iter().filter(|l| l.contains("WARN") || l.contains("ERROR")).take(20).collect();
+    assert_eq!(
+        recorder.count(),
+        total,
+        "every event once: {} duplicated; the first warnings: {warnings:#?}",
+        duplicates.len()
+    );
+    recorder.in_entity_order().expect("per-entity order in every database");
+    sampler.abort();
+    let most = connections.most.lock().expect("most").clone();
+    eprintln!("fleet: shares {shares:?}, {total} events, the most connections to the 50 databases: {most:?}");
+    assert!(
+        most.iter().all(|(_, n)| *n <= 60),
+        "the fleet held more connections than 1 per database and 1 per process: {most:?}"
+    );
+
+    a.signal("-TERM");
+    let (status, lines) = a.finish(Duration::from_secs(60)).await;
+    assert!(status.success(), "{status}: {lines:?}");
+    let faults: Vec<&String> = lines.iter().filter(|l| l.contains("WARN") || l.contains("ERROR")).collect();
+    assert!(
+        faults.iter().all(|l| l.contains("tenant-13") || l.contains("tenant-37") || l.contains("members")),
+        "every warning names a faulty database: {faults:?}"
+    );
+    drop(proxy);
+    let _ = std::fs::remove_dir_all(&dir);
+    drop(recorder);
+    broker.close().await.expect("broker cleanup");
+    drop(databases);
+}
