@@ -76,7 +76,7 @@ impl Drop for Databases {
 }
 
 /// The two tests of this binary each take half the server's connections: one at a time.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn admin_url() -> String {
     std::env::var("OUTBOX_TEST_DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
@@ -192,7 +192,7 @@ async fn fifty_databases_two_relays_a_fault_stalls_only_its_own_database_long_ti
 }
 
 async fn fleet(load: Load) {
-    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _alone = ONE_AT_A_TIME.lock().await;
     let databases = Databases::create().await;
     let broker = TestBroker::new().await.expect("broker");
     let exchange = broker.declare_exchange("tenants", lapin::ExchangeKind::Topic).await.expect("exchange");
