@@ -88,6 +88,8 @@ mod guides {
     mod deployment {}
     #[doc = include_str!("../../docs/failure-scenarios.md")]
     mod failure_scenarios {}
+    #[doc = include_str!("../../docs/many-databases.md")]
+    mod many_databases {}
     #[doc = include_str!("../../docs/ordering.md")]
     mod ordering {}
     #[doc = include_str!("../../docs/quarantine.md")]

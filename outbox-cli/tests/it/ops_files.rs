@@ -487,6 +487,42 @@ const SCENARIOS: &[Scenario] = &[
         firing: &["OutboxExpiredLeases"],
     },
     Scenario {
+        fault: "one database of a fleet is down for 20 minutes, the other answers",
+        series: &[
+            (
+                r#"outbox_fleet_database_failing{job="outbox-relayer", instance="relay-1:9187", database="tenant-a"}"#,
+                "0x10 1x40",
+            ),
+            (
+                r#"outbox_fleet_database_failing{job="outbox-relayer", instance="relay-1:9187", database="tenant-b"}"#,
+                "0x50",
+            ),
+        ],
+        firing: &["OutboxDatabaseFailing"],
+    },
+    Scenario {
+        fault: "a database handed from one process to another stays relayed; one that nobody takes is not",
+        series: &[
+            (
+                r#"outbox_fleet_database_relayed{job="outbox-relayer", instance="relay-1:9187", database="tenant-a"}"#,
+                "1x10 0x40",
+            ),
+            (
+                r#"outbox_fleet_database_relayed{job="outbox-relayer", instance="relay-2:9187", database="tenant-a"}"#,
+                "0x10 1x40",
+            ),
+            (
+                r#"outbox_fleet_database_relayed{job="outbox-relayer", instance="relay-1:9187", database="tenant-b"}"#,
+                "1x10 0x40",
+            ),
+            (
+                r#"outbox_fleet_database_relayed{job="outbox-relayer", instance="relay-2:9187", database="tenant-b"}"#,
+                "0x50",
+            ),
+        ],
+        firing: &["OutboxDatabaseNotRelayed"],
+    },
+    Scenario {
         fault: "a session holds a snapshot for 30 minutes",
         series: &[(r#"outbox_oldest_snapshot_seconds{job="outbox-relayer", instance="relay-1:9187"}"#, "0x10 0+60x50")],
         firing: &["OutboxSnapshotHeld"],
