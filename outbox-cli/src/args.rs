@@ -71,6 +71,9 @@ pub(crate) enum Command {
         /// One JSON object on standard output instead of the table.
         #[arg(long)]
         json: bool,
+        /// Many databases: one row each and a total (in place of --database-url).
+        #[command(flatten)]
+        list: DatabaseList,
     },
     /// Publish committed outbox rows to RabbitMQ until SIGTERM or SIGINT.
     Relay(Box<RelayArgs>),
@@ -234,18 +237,32 @@ pub(crate) struct RelayArgs {
     pub(crate) fleet: FleetArgs,
 }
 
-/// The databases of `outbox relay` when it relays many (see docs/many-databases.md).
+/// Many databases by name: for `outbox relay` and `outbox status` (see docs/many-databases.md).
 #[derive(Debug, Clone, clap::Args)]
-pub(crate) struct FleetArgs {
-    /// Relay this database too: `NAME=URL` (repeat the flag). NAME (letters, digits, `_`, `-`,
-    /// `.`) labels its metrics and log lines. In place of --database-url; a URL here shows in the
-    /// process list, so prefer --databases-file for passwords.
+pub(crate) struct DatabaseList {
+    /// A database among many: `NAME=URL` (repeat the flag). NAME (letters, digits, `_`, `-`, `.`)
+    /// labels its metrics, log lines and status row. In place of --database-url; a URL here shows
+    /// in the process list, so prefer --databases-file for passwords.
     #[arg(long = "database", value_name = "NAME=URL")]
     pub(crate) databases: Vec<String>,
-    /// Relay the databases listed in this file, one `NAME URL` per line (`#` comments). Read again
-    /// on SIGHUP and when it changes: databases added are taken, those removed given back.
+    /// The databases listed in this file, one `NAME URL` per line (`#` comments). `relay` reads it
+    /// again on SIGHUP and when it changes: databases added are taken, those removed given back.
     #[arg(long, value_name = "PATH")]
     pub(crate) databases_file: Option<std::path::PathBuf>,
+}
+
+impl DatabaseList {
+    /// Whether databases are listed (the command then works on many, not on --database-url).
+    pub(crate) fn is_given(&self) -> bool {
+        !self.databases.is_empty() || self.databases_file.is_some()
+    }
+}
+
+/// The databases of `outbox relay` when it relays many.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct FleetArgs {
+    #[command(flatten)]
+    pub(crate) list: DatabaseList,
     /// The database (by NAME) in which the relay processes of the fleet find each other; every
     /// process must name the same one. Defaults to the first listed (the first --database, else
     /// the file's first line).
@@ -260,7 +277,7 @@ pub(crate) struct FleetArgs {
 impl FleetArgs {
     /// Whether the relay relays many databases (a list given).
     pub(crate) fn is_fleet(&self) -> bool {
-        !self.databases.is_empty() || self.databases_file.is_some()
+        self.list.is_given()
     }
 }
 
@@ -278,10 +295,12 @@ impl Cli {
         let cli = Self::from_arg_matches(&matches)?;
         cli.check()?;
         let given = matches!(matches.value_source("database_url"), Some(clap::parser::ValueSource::CommandLine));
-        if let Command::Relay(relay) = &cli.command
-            && relay.fleet.is_fleet()
-            && given
-        {
+        let many = match &cli.command {
+            Command::Relay(relay) => relay.fleet.is_fleet(),
+            Command::Status { list, .. } => list.is_given(),
+            _ => false,
+        };
+        if many && given {
             let message = "--database-url names one database: give the others with --database or --databases-file, \
                  or leave --database and --databases-file out";
             return Err(Self::command().error(ErrorKind::ArgumentConflict, message));

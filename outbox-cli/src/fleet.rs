@@ -90,7 +90,7 @@ async fn watch_list(
         if handle.is_finished() {
             return Err(CliError::Relay(outbox_relayer::Error::Stopped));
         }
-        if !asked && args.databases_file.is_none() {
+        if !asked && args.list.databases_file.is_none() {
             continue;
         }
         match read(args) {
@@ -106,27 +106,9 @@ async fn watch_list(
     }
 }
 
-/// The databases of `--database` flags, then those of the file; with the text read, to notice a
-/// change.
+/// The list, checked for the fleet: the fleet's database among it.
 fn read(args: &FleetArgs) -> Result<(String, Vec<FleetDatabase>), CliError> {
-    let mut text = String::new();
-    for (i, flag) in args.databases.iter().enumerate() {
-        FleetDatabase::parse(flag).map_err(|why| CliError::DatabaseList(format!("--database #{}: {why}", i + 1)))?;
-        text.push_str(flag);
-        text.push('\n');
-    }
-    let mut databases = FleetDatabase::parse_list(&text).map_err(|e| CliError::DatabaseList(e.to_string()))?;
-    if let Some(path) = &args.databases_file {
-        let file = std::fs::read_to_string(path)
-            .map_err(|e| CliError::DatabaseList(format!("cannot read {}: {e}", path.display())))?;
-        let listed = FleetDatabase::parse_list(&file)
-            .map_err(|e| CliError::DatabaseList(format!("{}: {}", path.display(), e)))?;
-        databases.extend(listed);
-        text.push_str(&file);
-    }
-    if databases.is_empty() {
-        return Err(CliError::DatabaseList("no database to relay: the list is empty".to_owned()));
-    }
+    let (text, databases) = crate::databases::read(&args.list)?;
     if let Some(name) = &args.fleet_database
         && !databases.iter().any(|d| d.name() == name)
     {

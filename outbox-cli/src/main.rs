@@ -30,6 +30,7 @@ mod args;
 mod broker;
 mod cleanup;
 mod connect;
+mod databases;
 mod error;
 mod events;
 mod fleet;
@@ -47,6 +48,7 @@ mod schema;
 mod serve;
 mod signal;
 mod status;
+mod status_many;
 
 use std::process::ExitCode;
 
@@ -66,6 +68,10 @@ async fn run(cli: Cli) -> Result<(), CliError> {
     let command = match cli.command {
         // Many databases: no DATABASE_URL.
         Command::Relay(args) if args.fleet.is_fleet() => return relay::run_fleet(*args).await,
+        Command::Status { json, list } if list.is_given() => {
+            let (_, databases) = databases::read(&list)?;
+            return status_many::run(databases, cli.connect_timeout_secs, json).await;
+        }
         command => command,
     };
     let options = connect::options(cli.database_url.as_deref())?;
@@ -80,7 +86,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             pool.close().await;
             outcome
         }
-        Command::Status { json } => {
+        Command::Status { json, .. } => {
             let conn = connect::within(&options, timeout).await?;
             let pool = connect::pool(options, timeout);
             let outcome = status::run(conn, &pool, json).await;

@@ -144,3 +144,45 @@ async fn status_names_the_session_whose_snapshot_holds_back_vacuum() {
     assert_ne!(v["oldest_snapshot"]["pid"], pid, "released: {v}");
     db.close().await.expect("cleanup");
 }
+
+/// Many databases (`--databases-file`): a row each, a total, a row that says why a database cannot
+/// be read (not migrated; nobody listening), exit status 1 for those, never a password.
+#[tokio::test]
+async fn status_over_many_databases_prints_a_row_each_and_a_total() {
+    let (filled, unmigrated) = (TestDb::new().await.expect("db"), TestDb::empty().await.expect("db"));
+    fill(&filled).await;
+    let down = support::closed_database_url().replace("postgres@", "postgres:hunter2@");
+    let dir = std::env::temp_dir().join(format!("outbox-status-{}", outbox_testkit::unique_suffix()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("databases");
+    std::fs::write(&file, format!("tenant-a {}\ntenant-b {}\n", filled.url(), unmigrated.url())).expect("list");
+    let file = file.to_str().expect("path");
+    let extra = format!("tenant-c={down}");
+    let args = ["--databases-file", file, "--database", &extra, "--connect-timeout-secs", "1"];
+
+    let out = status(&filled.url(), &args).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let line = |name: &str| text.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{name}:\n{text}"));
+    let cells: Vec<&str> = line("tenant-a").split_whitespace().collect();
+    // waiting 3 (held and claimed included), held 1, quarantined 1, expired leases 1, published in
+    // the last hour 1.
+    assert_eq!((cells[1], cells[2], cells[3], cells[4]), ("3", "1", "1", "1"), "{text}");
+    assert_eq!(cells.last(), Some(&"1"), "{text}");
+    assert!(line("tenant-b").contains("the outbox tables do not exist"), "{text}");
+    assert!(line("tenant-c").contains("cannot be read: cannot connect"), "{text}");
+    assert!(line("total (1 of 3)").split_whitespace().skip(4).take(4).eq(["3", "1", "1", "1"]), "{text}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("2 of 3 databases could not be read"), "{stderr}");
+    assert!(!text.contains("hunter2") && !stderr.contains("hunter2"), "a password shown:\n{text}\n{stderr}");
+
+    let json: serde_json::Value =
+        serde_json::from_slice(&status(&filled.url(), &[&args[..], &["--json"]].concat()).await.stdout).expect("JSON");
+    assert_eq!(json["total"]["waiting"], 3, "{json}");
+    assert_eq!((json["total"]["databases"].as_i64(), json["total"]["read"].as_i64()), (Some(3), Some(1)), "{json}");
+    assert_eq!(json["databases"][2]["name"], "tenant-b", "flags first, then the file: {json}");
+    assert!(json["databases"][2]["error"].as_str().is_some_and(|e| e.contains("outbox migrate")), "{json}");
+    let _ = std::fs::remove_dir_all(&dir);
+    filled.close().await.expect("drop");
+    unmigrated.close().await.expect("drop");
+}

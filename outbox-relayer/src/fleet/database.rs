@@ -39,6 +39,11 @@ impl FleetDatabase {
         &self.name
     }
 
+    /// Where the database is.
+    pub fn connect_options(&self) -> &PgConnectOptions {
+        &self.connect
+    }
+
     /// Reads a list of databases, one per line: `NAME URL` (or `NAME=URL`), blank lines and lines
     /// starting with `#` left out. Names are unique. Errors name the line, never its URL.
     ///
