@@ -7,6 +7,8 @@
 //! cargo run --release -p outbox-bench -- relay --quick      # smoke run, under a minute
 //! cargo run --release -p outbox-bench -- consumer           # full run, two to four minutes
 //! cargo run --release -p outbox-bench -- consumer --quick   # smoke run, under 20 seconds
+//! cargo run --release -p outbox-bench -- fleet              # full run, about three minutes
+//! cargo run --release -p outbox-bench -- fleet --quick      # smoke run, about a minute
 //! cargo run --release -p outbox-bench -- gauges             # full run, about five minutes
 //! cargo run --release -p outbox-bench -- gauges --quick     # smoke run, under a minute
 //! cargo run --release -p outbox-bench -- snapshot           # full run, about 105 minutes
@@ -22,6 +24,8 @@
 //! - `consumer`: the inbox's apply rate against a raw consumer on the same queue, the rate at which
 //!   it drops duplicates, and the peak RSS of a consumer process ([`consumer`]), which is this
 //!   program run with the hidden command `consumer-process`.
+//! - `fleet`: one fleet of relays over many databases: the same backlog drained over 1, 10 and 50
+//!   databases, the fleet process's RSS and connections, latency over 48 databases ([`fleet`]).
 //! - `gauges`: the backlog query behind the relays' gauges and `outbox status`, timed with
 //!   1,000,000 pending rows and with 10,000,000 published rows plus 1,000 pending ([`gauges`]).
 //! - `snapshot`: the relay's drain and steady load, the producer and the inbox, each without and
@@ -52,6 +56,7 @@ mod cpu;
 mod db;
 mod error;
 mod figure;
+mod fleet;
 mod gauges;
 mod machine;
 mod process;
@@ -95,6 +100,13 @@ enum Command {
     /// standard input (the consumer process of the `consumer` benchmark).
     #[command(hide = true)]
     ConsumerProcess(consumer::ProcessArgs),
+    /// Many databases: one fleet process draining the same backlog over 1, 10 and 50 databases
+    /// (rate, peak RSS, connections), and latency at 1,000 events/s over 48 databases.
+    Fleet,
+    /// Runs a fleet of relays over the databases of a list until SIGTERM, SIGINT or the end of
+    /// standard input (the process of the `fleet` benchmark).
+    #[command(hide = true)]
+    FleetProcess(fleet::ProcessArgs),
     /// The backlog query of the gauges: with 1,000,000 pending rows, and with 10,000,000 published
     /// rows plus 1,000 pending.
     Gauges,
@@ -114,6 +126,8 @@ async fn main() -> ExitCode {
         Command::RelayProcess(args) => relay::process(args).await,
         Command::Consumer => consumer::run(consumer::Plan::new(cli.quick)).await,
         Command::ConsumerProcess(args) => consumer::process(args).await,
+        Command::Fleet => fleet::run(fleet::Plan::new(cli.quick)).await,
+        Command::FleetProcess(args) => fleet::process(args).await,
         Command::Gauges => gauges::run(gauges::Plan::new(cli.quick)).await,
         Command::Snapshot(args) => snapshot::run(args, cli.quick).await,
     };

@@ -136,12 +136,12 @@ impl Arrivals {
     }
 
     /// When the delivery count reached the expected total, if it did.
-    pub(super) fn all(&self) -> Option<Instant> {
+    pub(crate) fn all(&self) -> Option<Instant> {
         self.seen.all.get().copied()
     }
 
     /// When the delivery count reached each tenth of the expected total so far, since `start`.
-    pub(super) fn tenths(&self, start: Instant) -> Vec<Duration> {
+    pub(crate) fn tenths(&self, start: Instant) -> Vec<Duration> {
         self.seen
             .tenths
             .lock()

@@ -1,0 +1,243 @@
+//! `outbox-bench fleet`: one fleet of relays over many databases ([`outbox_relayer::fleet`]).
+//!
+//! 1. **Drain**: the same total backlog spread over 1, 10 and 50 databases, drained by one fleet
+//!    process (the hidden command `fleet-process`, as `outbox relay --databases-file` runs it): the
+//!    rate over the last nine tenths (the fleet takes its databases at its second look, 2 s after
+//!    it starts, which the first tenth absorbs), the process's peak RSS, and the most connections
+//!    to the benchmark's databases seen (sampled every 100 ms).
+//! 2. **Latency**: 1,000 events/s committed one per transaction, spread evenly over 48 databases,
+//!    from each `COMMIT` to the event's arrival at a consumer. 48, not 50: each database needs a
+//!    producer connection besides the fleet's, and the server's `max_connections` is 100.
+//!
+//! Figures: `fleet_drain_<n>_dbs_events_per_s`, `fleet_drain_50_over_1_dbs`,
+//! `fleet_peak_rss_<n>_dbs_mib`, `fleet_rss_per_database_kib`, `fleet_connections_<n>_dbs`,
+//! `fleet_latency_p50_ms`, `fleet_latency_p99_ms`.
+
+mod databases;
+mod process;
+
+use std::time::Duration;
+
+use outbox_producer::Outbox;
+use outbox_testkit::TestBroker;
+use sqlx::{ConnectOptions, Connection, PgConnection};
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use self::databases::Databases;
+pub(crate) use self::process::{ProcessArgs, process};
+use crate::error::BoxError;
+use crate::figure::{Value, comment, figure};
+use crate::process::Subprocess;
+use crate::relay::{Arrivals, Target, percentile, topology};
+use crate::steal::Steal;
+use crate::wait::{FLOOR, Progress, allow_for, until, within};
+
+/// Databases the benchmark creates.
+const DATABASES: usize = 50;
+/// Databases of the latency phase (see the module's documentation).
+const LATENCY_DATABASES: usize = 48;
+
+/// The sizes of a run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Plan {
+    backlog: u64,
+    entities: u64,
+    warmup: Duration,
+    window: Duration,
+}
+
+impl Plan {
+    pub(crate) fn new(quick: bool) -> Self {
+        if quick {
+            Self { backlog: 10_000, entities: 500, warmup: Duration::from_secs(3), window: Duration::from_secs(5) }
+        } else {
+            Self { backlog: 100_000, entities: 1_000, warmup: Duration::from_secs(5), window: Duration::from_secs(30) }
+        }
+    }
+}
+
+/// What one drain measured.
+struct Drained {
+    rate: f64,
+    peak_rss_kib: u64,
+    connections: i64,
+}
+
+/// Runs the benchmark and prints its figures.
+pub(crate) async fn run(plan: Plan) -> Result<(), BoxError> {
+    let broker = within("a connection to the broker", FLOOR, TestBroker::new()).await?;
+    let outcome = bench(&broker, plan).await;
+    let closed = within("the deletion of the benchmark's exchanges and queues", FLOOR, broker.close()).await;
+    outcome?;
+    closed?;
+    Ok(())
+}
+
+async fn bench(broker: &TestBroker, plan: Plan) -> Result<(), BoxError> {
+    let (exchange, queue) = topology(broker, "bench.fleet", lapin::types::FieldTable::default()).await?;
+    let target = Target { url: broker.url(), exchange: &exchange, queue: &queue, admin: broker.channel() };
+    let databases = Databases::create(DATABASES).await?;
+    comment(format_args!(
+        "fleet: {DATABASES} databases on one server, one fleet process with its defaults (1 connection per \
+         database, polling every 250 ms); backlog {} events over {} entities in all, split evenly",
+        plan.backlog, plan.entities
+    ));
+    let steal = Steal::start();
+    let alone = drain(&databases, target, plan, 0).await?;
+    figure("relay_drain_1_db_alone_events_per_s", Value::Rate(alone.rate), "events/s");
+    figure("relay_peak_rss_1_db_alone_mib", Value::Mebibytes(alone.peak_rss_kib as f64 / 1024.0), "MiB");
+    let mut drained = Vec::new();
+    for n in [1, 10, DATABASES] {
+        let d = drain(&databases, target, plan, n).await?;
+        figure(&format!("fleet_drain_{n}_dbs_events_per_s"), Value::Rate(d.rate), "events/s");
+        figure(&format!("fleet_peak_rss_{n}_dbs_mib"), Value::Mebibytes(d.peak_rss_kib as f64 / 1024.0), "MiB");
+        figure(&format!("fleet_connections_{n}_dbs"), Value::Count(d.connections.max(0) as u64), "connections");
+        drained.push(d);
+    }
+    let (one, fifty) = (&drained[0], &drained[2]);
+    figure("fleet_drain_50_over_1_dbs", Value::Ratio(fifty.rate / one.rate), "ratio (target >= 0.8)");
+    figure("fleet_drain_1_db_over_relay_alone", Value::Ratio(one.rate / alone.rate), "ratio");
+    let per_db = fifty.peak_rss_kib.saturating_sub(one.peak_rss_kib) as f64 / (DATABASES - 1) as f64;
+    figure("fleet_rss_per_database_kib", Value::Rate(per_db), "KiB");
+    let (p50, p99) = latency(&databases, target, plan).await?;
+    figure("fleet_latency_p50_ms", Value::Millis(p50), "ms");
+    figure("fleet_latency_p99_ms", Value::Millis(p99), "ms");
+    comment(format_args!("fleet: {}", steal.describe()));
+    Ok(())
+}
+
+/// Fills the backlog over the first `n` databases and drains it with a fleet process.
+/// With `n` = 0, the relay of one database as it runs alone (`relay-process`, its defaults: a pool
+/// for its confirm window, LISTEN) over the first database: the baseline.
+async fn drain(databases: &Databases, target: Target<'_>, plan: Plan, n: usize) -> Result<Drained, BoxError> {
+    databases.fill(n.max(1), plan.backlog, plan.entities).await?;
+    target.purge().await?;
+    let arrivals = Arrivals::start(target, plan.backlog, false).await?;
+    let list = databases.list(n.max(1))?;
+    let list = list.to_str().ok_or("a list path that is not UTF-8")?;
+    let mut process = if n == 0 {
+        let url = databases.options(0).to_url_lossy().to_string();
+        let args = ["relay-process", "--exchange", target.exchange];
+        Subprocess::spawn("the relay process", &args, &url, target.url).await?
+    } else {
+        let args = ["fleet-process", "--databases-file", list, "--exchange", target.exchange];
+        Subprocess::spawn("the fleet process", &args, "", target.url).await?
+    };
+    let start = Instant::now();
+    let mut admin = databases.admin().await?;
+    let mut connections = 0;
+    let drained = until(
+        format_args!("{} events from {n} databases", plan.backlog),
+        allow_for(plan.backlog, 1_000),
+        Duration::from_millis(100),
+        async || {
+            process.check_alive()?;
+            connections = connections.max(databases.connections(&mut admin).await?);
+            Ok(match arrivals.all() {
+                Some(at) => Progress::Done(at),
+                None => Progress::Waiting(arrivals.describe()),
+            })
+        },
+    )
+    .await;
+    let memory = process.memory().await;
+    let stopped = process.stop().await;
+    let _ = admin.close().await;
+    let tenths = arrivals.tenths(start);
+    arrivals.stop().await?;
+    let all = drained?.saturating_duration_since(start);
+    stopped?;
+    let first_tenth = tenths.first().copied().unwrap_or_default();
+    let rate = plan.backlog as f64 * 0.9 / (all - first_tenth).as_secs_f64();
+    let (peak_rss_kib, _) = memory?;
+    let what = if n == 0 { "the relay alone, 1".to_owned() } else { n.to_string() };
+    comment(format_args!(
+        "fleet: {what} databases: first tenth after {:.2} s, all after {:.2} s; {rate:.0} events/s over the last nine \
+         tenths; peak RSS {peak_rss_kib} kB; at most {connections} connections",
+        first_tenth.as_secs_f64(),
+        all.as_secs_f64()
+    ));
+    target.purge().await?;
+    Ok(Drained { rate, peak_rss_kib, connections })
+}
+
+/// 1,000 events/s over [`LATENCY_DATABASES`] databases, one producer connection each; commit to
+/// arrival p50 and p99 in milliseconds.
+async fn latency(databases: &Databases, target: Target<'_>, plan: Plan) -> Result<(f64, f64), BoxError> {
+    target.purge().await?;
+    let arrivals = Arrivals::start(target, u64::MAX, true).await?;
+    let list = databases.list(LATENCY_DATABASES)?;
+    let list = list.to_str().ok_or("a list path that is not UTF-8")?;
+    let args = ["fleet-process", "--databases-file", list, "--exchange", target.exchange];
+    let process = Subprocess::spawn("the fleet process", &args, "", target.url).await?;
+    // The fleet takes its databases at its second look: wait until every database publishes.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut producers = tokio::task::JoinSet::new();
+    let tick = Duration::from_millis(LATENCY_DATABASES as u64);
+    for i in 0..LATENCY_DATABASES {
+        let options = databases.options(i);
+        let (warmup, window) = (plan.warmup, plan.window);
+        producers.spawn(async move { produce(options, tick, warmup, window, i).await });
+    }
+    let mut commits = Vec::new();
+    while let Some(done) = producers.join_next().await {
+        commits.extend(done??);
+    }
+    let expected = commits.len() as u64;
+    let _ = until(format_args!("all {expected} events"), FLOOR, Duration::from_millis(50), async || {
+        Ok(if arrivals.count() >= expected { Progress::Done(()) } else { Progress::Waiting(arrivals.describe()) })
+    })
+    .await;
+    let arrived = arrivals.stop().await?;
+    process.stop().await?;
+    target.purge().await?;
+    let first: std::collections::HashMap<Uuid, Instant> = arrived.into_iter().rev().collect();
+    let mut latencies: Vec<f64> = commits
+        .iter()
+        .filter(|(_, _, measured)| *measured)
+        .filter_map(|(id, at, _)| first.get(id).map(|a| a.saturating_duration_since(*at).as_secs_f64() * 1e3))
+        .collect();
+    latencies.sort_by(f64::total_cmp);
+    let measured = commits.iter().filter(|c| c.2).count();
+    comment(format_args!(
+        "fleet latency: {measured} events committed in {:?} over {LATENCY_DATABASES} databases ({:.0} events/s), \
+         {} arrived",
+        plan.window,
+        measured as f64 / plan.window.as_secs_f64(),
+        latencies.len()
+    ));
+    if latencies.is_empty() {
+        return Err("no event of the latency phase arrived".into());
+    }
+    Ok((percentile(&latencies, 0.50), percentile(&latencies, 0.99)))
+}
+
+/// Commits one event per `tick` into one database for `warmup` then `window`; each commit's id,
+/// time, and whether it falls in the window.
+async fn produce(
+    options: sqlx::postgres::PgConnectOptions,
+    tick: Duration,
+    warmup: Duration,
+    window: Duration,
+    i: usize,
+) -> Result<Vec<(Uuid, Instant, bool)>, BoxError> {
+    let mut conn = PgConnection::connect_with(&options).await?;
+    let outbox = Outbox::new();
+    // Spread the producers' ticks over one tick.
+    tokio::time::sleep(tick / 48 * (i as u32 % 48)).await;
+    let started = Instant::now();
+    let mut every = tokio::time::interval(tick);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut commits = Vec::new();
+    let mut order = 0;
+    while started.elapsed() < warmup + window {
+        every.tick().await;
+        let measured = started.elapsed() >= warmup;
+        let id = crate::producer::commit_one(&mut conn, &outbox, order % 20).await?;
+        commits.push((id, Instant::now(), measured));
+        order += 1;
+    }
+    conn.close().await?;
+    Ok(commits)
+}
