@@ -31,7 +31,12 @@ pub(crate) async fn run(args: RelayArgs, shutdown: Shutdown) -> Result<(), CliEr
     let publisher = crate::broker::publisher(&args.amqp_url)?;
     let probed = Probed::default();
     let endpoint = match args.metrics_addr {
-        Some(addr) => Some(crate::serve::start(addr, Some(probed.clone())).await?),
+        // A database's gauges are set every look (2 s) and every gauge interval: three intervals
+        // without, and the database is no longer this process's.
+        Some(addr) => {
+            let idle = (args.gauge_interval_secs * 3).max(Duration::from_secs(60));
+            Some(crate::serve::start(addr, Some(probed.clone()), Some(idle)).await?)
+        }
         None => None,
     };
     let outcome = async {

@@ -67,7 +67,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
     }
     let command = match cli.command {
         // Many databases: no DATABASE_URL.
-        Command::Relay(args) if args.fleet.is_fleet() => return relay::run_fleet(*args).await,
+        Command::Relay(args) if args.fleet.is_fleet() => return fleet::run(*args, signal::Shutdown::install()?).await,
         Command::Status { json, list } if list.is_given() => {
             let (_, databases) = databases::read(&list)?;
             return status_many::run(databases, cli.connect_timeout_secs, json).await;

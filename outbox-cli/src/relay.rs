@@ -23,7 +23,7 @@ pub(crate) async fn run(db: PgConnectOptions, connect_timeout: Duration, args: R
     let publisher = crate::broker::publisher(&args.amqp_url)?;
     let probed = Probed::default();
     let endpoint = match args.metrics_addr {
-        Some(addr) => Some(crate::serve::start(addr, Some(probed.clone())).await?),
+        Some(addr) => Some(crate::serve::start(addr, Some(probed.clone()), None).await?),
         None => None,
     };
     let outcome = start_and_run(db, connect_timeout, args, &publisher, shutdown, &probed).await;
@@ -32,14 +32,6 @@ pub(crate) async fn run(db: PgConnectOptions, connect_timeout: Duration, args: R
         endpoint.abort();
     }
     outcome
-}
-
-/// Runs the relays of many databases (`--database`, `--databases-file`) until SIGTERM or SIGINT.
-///
-/// # Errors
-/// A list that does not read, configuration errors.
-pub(crate) async fn run_fleet(args: RelayArgs) -> Result<(), CliError> {
-    crate::fleet::run(args, Shutdown::install()?).await
 }
 
 async fn start_and_run(

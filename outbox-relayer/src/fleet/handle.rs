@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use super::builder::check_list;
 use super::database::FleetDatabase;
+use super::settings::check_list;
 use crate::{Error, Result};
 
 /// A running fleet.
@@ -14,6 +14,7 @@ pub struct FleetHandle {
     pub(super) stop: watch::Sender<bool>,
     pub(super) task: tokio::task::JoinHandle<Result<()>>,
     pub(super) databases: Arc<watch::Sender<Vec<FleetDatabase>>>,
+    pub(super) fleet_database: Option<String>,
 }
 
 impl FleetHandle {
@@ -22,9 +23,10 @@ impl FleetHandle {
     /// gracefully) or whose URL changed (restarted with the new one).
     ///
     /// # Errors
-    /// [`Error::InvalidList`] if a name is listed twice; the list in use stays.
+    /// [`Error::InvalidList`] if a name is listed twice or the fleet's database is not in the
+    /// list; the list in use stays.
     pub fn set_databases(&self, databases: Vec<FleetDatabase>) -> Result<()> {
-        check_list(&databases, None)?;
+        check_list(&databases, self.fleet_database.as_deref())?;
         self.databases.send_replace(databases);
         Ok(())
     }

@@ -7,6 +7,8 @@
 use std::time::Duration;
 
 use sqlx::postgres::PgConnectOptions;
+
+use super::database::FleetDatabase;
 use sqlx::{Connection, PgConnection};
 
 /// The advisory lock class of a fleet's members ("oumf").
@@ -21,8 +23,8 @@ const MEMBERS: &str = "SELECT objid::int8 FROM pg_locks \
 pub(super) struct Members {
     /// This process's member id (a lock id, positive).
     me: u32,
-    /// The session holding this process's lock in the fleet's database.
-    session: Option<(String, PgConnection)>,
+    /// The session holding this process's lock in the fleet's database, and where that is.
+    session: Option<(u64, PgConnection)>,
     /// The members at the last look that succeeded (this process among them).
     known: Vec<u32>,
     /// The last look failed (said once at WARN, then at DEBUG until one succeeds).
@@ -41,14 +43,16 @@ impl Members {
         self.me
     }
 
-    /// The members now, as the fleet's database `name` at `connect` shows them; while it cannot
-    /// be reached, those of the last look that succeeded (at first, this process alone: it then
-    /// relays every database, which is safe, only costlier).
-    pub(super) async fn look(&mut self, name: &str, connect: &PgConnectOptions, timeout: Duration) -> &[u32] {
-        if self.session.as_ref().is_some_and(|(n, _)| n != name) {
+    /// The members now, as the fleet's database shows them; while it cannot be reached, those of
+    /// the last look that succeeded (at first, this process alone: it then relays every database,
+    /// which is safe, only costlier). A fleet database that moved (another name or URL) is joined
+    /// anew.
+    pub(super) async fn look(&mut self, database: &FleetDatabase, timeout: Duration) -> &[u32] {
+        let (name, place) = (database.name(), database.fingerprint());
+        if self.session.as_ref().is_some_and(|(p, _)| *p != place) {
             self.leave().await;
         }
-        match tokio::time::timeout(timeout, self.try_look(name, connect)).await {
+        match tokio::time::timeout(timeout, self.try_look(place, database.connect_options())).await {
             Ok(Ok(members)) => {
                 if self.failing {
                     tracing::info!(database = name, members = members.len(), "the fleet's members are known again");
@@ -62,9 +66,9 @@ impl Members {
         &self.known
     }
 
-    async fn try_look(&mut self, name: &str, connect: &PgConnectOptions) -> sqlx::Result<Vec<u32>> {
+    async fn try_look(&mut self, place: u64, connect: &PgConnectOptions) -> sqlx::Result<Vec<u32>> {
         if self.session.is_none() {
-            let mut conn = PgConnection::connect_with(connect).await?;
+            let mut conn = PgConnection::connect_with(&session_options(connect)).await?;
             while !sqlx::query_scalar::<_, bool>("SELECT pg_try_advisory_lock($1, $2)")
                 .bind(MEMBER_CLASS)
                 .bind(self.me as i32)
@@ -74,7 +78,7 @@ impl Members {
                 // Another process drew the same id: draw again.
                 self.me = new_id();
             }
-            self.session = Some((name.to_owned(), conn));
+            self.session = Some((place, conn));
         }
         let Some((_, conn)) = self.session.as_mut() else { return Ok(vec![self.me]) };
         let result = sqlx::query_scalar::<_, i64>(MEMBERS).bind(i64::from(MEMBER_CLASS)).fetch_all(&mut *conn).await;
@@ -114,6 +118,16 @@ impl Members {
             let _ = conn.close().await;
         }
     }
+}
+
+/// The membership session's options: the server probes the connection (TCP keepalives every
+/// 5 s after 10 s idle, 3 probes), so that a process whose host died or was cut off stops being a
+/// member within about 25 s, not the system's default of two hours; a slow statement is logged at
+/// INFO, as the relays' are.
+fn session_options(connect: &PgConnectOptions) -> PgConnectOptions {
+    use sqlx::ConnectOptions;
+    let keepalives = [("tcp_keepalives_idle", "10"), ("tcp_keepalives_interval", "5"), ("tcp_keepalives_count", "3")];
+    connect.clone().options(keepalives).log_slow_statements(tracing::log::LevelFilter::Info, Duration::from_secs(1))
 }
 
 /// A member id: a random positive lock id.

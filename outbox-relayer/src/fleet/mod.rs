@@ -3,6 +3,7 @@
 //! isolated from the others' faults. See `docs/many-databases.md`.
 //!
 //! - `database.rs`: [`FleetDatabase`], a database by name, and the list of them as a file holds it;
+//! - `settings.rs`: the fleet's settings, each database's relay made from them, the list's checks;
 //! - `builder.rs`: [`FleetBuilder`], the databases, each one's relay, the fleet's settings;
 //! - `members.rs`: who the fleet's processes are (advisory locks in the fleet's database);
 //! - `assign.rs`: which process relays which database (rendezvous hashing, bounded loads);
@@ -15,6 +16,7 @@ mod database;
 mod handle;
 mod members;
 mod run;
+mod settings;
 
 pub use builder::FleetBuilder;
 pub use database::FleetDatabase;

@@ -11,10 +11,10 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use super::assign::assign;
-use super::builder::{Configure, FleetSettings, relay_builder};
 use super::database::FleetDatabase;
 use super::handle::FleetHandle;
 use super::members::Members;
+use super::settings::{Configure, FleetSettings, relay_builder};
 use crate::relay::RelayHandle;
 use crate::{Error, Result};
 
@@ -67,11 +67,11 @@ impl<P: Publisher + Clone> Fleet<P> {
     /// Runs the fleet as a task of the current runtime.
     pub fn spawn(self) -> FleetHandle {
         let (stop, mut rx) = watch::channel(false);
-        let databases = self.databases.clone();
+        let (databases, fleet_database) = (self.databases.clone(), self.settings.fleet_database.clone());
         let task = tokio::spawn(self.run(async move {
             let _ = rx.wait_for(|s| *s).await;
         }));
-        FleetHandle { stop, task, databases }
+        FleetHandle { stop, task, databases, fleet_database }
     }
 
     /// Runs until `shutdown` completes, then shuts every relay down gracefully (all at once).
@@ -110,12 +110,16 @@ impl<P: Publisher + Clone> Fleet<P> {
                 // at first only to give half of them back a moment later.
                 registered = true;
                 self.report(&databases, &relayed);
-                while stopping.try_join_next().is_some() {}
+                while let Some(stopped) = stopping.try_join_next() {
+                    report_stopped(stopped);
+                }
             }
-            for (_, r) in std::mem::take(&mut relayed) {
-                stopping.spawn(r.relay.shutdown());
+            for (name, r) in std::mem::take(&mut relayed) {
+                stopping.spawn(async move { (name, r.relay.shutdown().await) });
             }
-            while stopping.join_next().await.is_some() {}
+            while let Some(stopped) = stopping.join_next().await {
+                report_stopped(stopped);
+            }
             members.leave().await;
             tracing::info!("fleet stopped");
             Ok(())
@@ -131,7 +135,7 @@ impl<P: Publisher + Clone> Fleet<P> {
             None => databases.first(),
         };
         let ids = match fleet_db {
-            Some(d) => members.look(&d.name, &d.connect, self.settings.connect_timeout).await.to_vec(),
+            Some(d) => members.look(d, self.settings.connect_timeout).await.to_vec(),
             None => vec![members.me()],
         };
         metrics::gauge!(crate::metrics::FLEET_MEMBERS).set(ids.len() as f64);
@@ -149,11 +153,11 @@ impl<P: Publisher + Clone> Fleet<P> {
         &self,
         relayed: &mut BTreeMap<String, Relayed>,
         mine: &BTreeMap<String, FleetDatabase>,
-        stopping: &mut JoinSet<Result<()>>,
+        stopping: &mut JoinSet<(String, Result<()>)>,
     ) {
         let gone: Vec<String> = relayed
             .iter()
-            .filter(|(name, r)| mine.get(*name).is_none_or(|d| fingerprint(d) != r.connect) || r.relay.is_finished())
+            .filter(|(name, r)| mine.get(*name).is_none_or(|d| d.fingerprint() != r.connect) || r.relay.is_finished())
             .map(|(name, _)| name.clone())
             .collect();
         for name in gone {
@@ -163,9 +167,7 @@ impl<P: Publisher + Clone> Fleet<P> {
             } else {
                 tracing::info!(database = %name, "database given back: another process of the fleet relays it");
             }
-            metrics::gauge!(crate::metrics::FLEET_RELAYED, "database" => name.clone()).set(0.0);
-            metrics::gauge!(crate::metrics::FLEET_FAILING, "database" => name).set(0.0);
-            stopping.spawn(r.relay.shutdown());
+            stopping.spawn(async move { (name, r.relay.shutdown().await) });
         }
     }
 
@@ -179,7 +181,7 @@ impl<P: Publisher + Clone> Fleet<P> {
             match builder.build() {
                 Ok(relay) => {
                     tracing::info!(database = %name, "database taken: this process relays it");
-                    let connect = fingerprint(&database);
+                    let connect = database.fingerprint();
                     relayed.insert(name, Relayed { relay: relay.spawn(), connect });
                 }
                 Err(e) => tracing::error!(database = %name, error = %e, "cannot relay a database"),
@@ -187,25 +189,32 @@ impl<P: Publisher + Clone> Fleet<P> {
         }
     }
 
-    /// The fleet's gauges: databases listed and relayed here, and each relayed one's state.
+    /// The fleet's gauges: databases listed and relayed here, and the state of every database of
+    /// the list, each look (a database no longer listed is no longer set: an exporter with an idle
+    /// timeout drops its series).
     fn report(&self, databases: &[FleetDatabase], relayed: &BTreeMap<String, Relayed>) {
         use crate::metrics as m;
         metrics::gauge!(m::FLEET_DATABASES).set(databases.len() as f64);
         metrics::gauge!(m::FLEET_RELAYING).set(relayed.len() as f64);
-        for (name, r) in relayed {
-            let failing = !r.relay.health().database_reachable;
-            metrics::gauge!(m::FLEET_RELAYED, "database" => name.clone()).set(1.0);
-            metrics::gauge!(m::FLEET_FAILING, "database" => name.clone()).set(if failing { 1.0 } else { 0.0 });
+        for database in databases {
+            let name = database.name.clone();
+            let here = relayed.get(&name);
+            let failing = here.is_some_and(|r| !r.relay.health().database_reachable);
+            metrics::gauge!(m::FLEET_RELAYED, "database" => name.clone()).set(if here.is_some() { 1.0 } else { 0.0 });
+            metrics::gauge!(m::FLEET_FAILING, "database" => name).set(if failing { 1.0 } else { 0.0 });
         }
     }
 }
 
-/// Where `database` connects, as a hash: no copy of its password is kept.
-fn fingerprint(database: &FleetDatabase) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    format!("{:?}", database.connect).hash(&mut h);
-    h.finish()
+/// Logs why a database's relay ended, if it ended with an error.
+fn report_stopped(stopped: std::result::Result<(String, Result<()>), tokio::task::JoinError>) {
+    match stopped {
+        Ok((_, Ok(()))) => {}
+        Ok((name, Err(e))) => {
+            tracing::warn!(database = %name, error = %e, "the relay of a database ended with an error")
+        }
+        Err(e) => tracing::warn!(error = %e, "the shutdown of a database's relay failed"),
+    }
 }
 
 impl From<watch::error::SendError<Vec<FleetDatabase>>> for Error {

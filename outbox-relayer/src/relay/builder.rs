@@ -420,8 +420,12 @@ impl<P: Publisher> RelayBuilder<P> {
             .idle_timeout(s.max_connections.map(|_| defaults::IDLE_CONNECTION))
             // The pool is sized for the relay's own work, so a connection is free at once or the
             // database is away: a statement waits for one only briefly, and a shutdown during an
-            // outage is not held up by sqlx's default of 30 s.
-            .acquire_timeout(Duration::from_secs(3))
+            // outage is not held up by sqlx's default of 30 s. A bounded pool's statements queue
+            // for its connections by design, so they may wait longer.
+            .acquire_timeout(if s.max_connections.is_some() { BOUNDED_ACQUIRE } else { Duration::from_secs(3) })
+            // A wait for a connection is not a fault: `outbox_relay_claim_seconds` and
+            // `outbox_relay_record_seconds` measure it.
+            .acquire_slow_level(tracing::log::LevelFilter::Info)
             .connect_lazy_with(relay_connect_options(self.connect, session));
         Ok(Relay { shared: Arc::new(Shared::new(pool, self.publisher, self.routing, self.settings)) })
     }
@@ -446,6 +450,9 @@ impl RelayBuilder<AmqpPublisher> {
         self
     }
 }
+
+/// How long a statement of a relay with a bounded pool waits for a connection before it fails.
+const BOUNDED_ACQUIRE: Duration = Duration::from_secs(10);
 
 /// The relay's own connections: the given connect options with the relay's session settings. A
 /// statement slower than a second is logged at INFO, not sqlx's WARN: a claim or a recording can

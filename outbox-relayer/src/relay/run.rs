@@ -146,8 +146,9 @@ impl<P: Publisher> Relay<P> {
             }
             let result = self.wind_down(&mut tasks, result, &stop_tx, &hard_tx).await;
             self.shared.presence.leave().await;
-            // The relay's own connections close with it (a fleet gives back a database at once).
-            self.shared.pool.close().await;
+            // The relay's own connections close with it (a fleet gives back a database at once);
+            // a database that stopped answering cannot hold the shutdown up.
+            let _ = tokio::time::timeout(Duration::from_secs(2), self.shared.pool.close()).await;
             tracing::info!("relay stopped");
             result
         }
