@@ -102,8 +102,9 @@ impl<P: Publisher + Clone> FleetBuilder<P> {
     /// Builds the fleet. Nothing connects yet.
     ///
     /// # Errors
-    /// [`Error::InvalidConfig`] if the relay setup is invalid (tried on the first database) or
-    /// the fleet's database is not in the list; [`Error::InvalidList`] if a name is listed twice.
+    /// [`Error::InvalidConfig`](crate::Error::InvalidConfig) if the relay setup is invalid (tried
+    /// on the first database) or the fleet's database is not in the list;
+    /// [`Error::InvalidList`](crate::Error::InvalidList) if a name is listed twice.
     pub fn build(self) -> Result<Fleet<P>> {
         check_list(&self.databases, self.settings.fleet_database.as_deref())?;
         if let Some(first) = self.databases.first() {
