@@ -89,6 +89,18 @@ pub enum Error {
     /// one id or one entity; nothing was written.
     #[error("a batch must not hold two events with one {0}")]
     InvalidBatch(&'static str),
+    /// A multi-tenant inbox could not tell the event's tenant, or the tenant is not listed
+    /// ([`Tenants`](crate::Tenants)); permanent: the runner dead-letters the delivery with the
+    /// reason `unknown_tenant`.
+    #[error("unknown tenant: {0}")]
+    UnknownTenant(String),
+    /// The inbox's migrations failed in a tenant's database ([`Tenants::migrate`](crate::Tenants::migrate)).
+    #[error("the inbox's migrations failed in tenant `{0}`'s database: {1}")]
+    TenantMigration(String, String),
+    /// A repair of a multi-tenant inbox was asked without its tenant: take the tenant's inbox
+    /// with [`InboxService::tenant`](crate::InboxService::tenant) first.
+    #[error("a multi-tenant inbox repairs one tenant at a time: choose it with InboxService::tenant")]
+    TenantNotChosen,
 }
 
 impl Error {
@@ -99,11 +111,18 @@ impl Error {
                 HandlerErrorKind::Permanent => FailureKind::Contract,
                 HandlerErrorKind::Transient => FailureKind::Transient,
             },
-            Self::CorruptRow(..) | Self::InvalidBatch(_) | Self::Config(_) => FailureKind::Contract,
+            Self::CorruptRow(..)
+            | Self::InvalidBatch(_)
+            | Self::Config(_)
+            | Self::UnknownTenant(_)
+            | Self::TenantNotChosen => FailureKind::Contract,
             Self::Broker(e) => e.kind(),
-            Self::Panicked | Self::Database(_) | Self::Layer(_) | Self::Crashed | Self::Stopped => {
-                FailureKind::Transient
-            }
+            Self::Panicked
+            | Self::Database(_)
+            | Self::Layer(_)
+            | Self::Crashed
+            | Self::Stopped
+            | Self::TenantMigration(..) => FailureKind::Transient,
         }
     }
 
@@ -127,6 +146,9 @@ impl std::fmt::Debug for Error {
             Self::Config(what) => f.debug_tuple("Config").field(what).finish(),
             Self::CorruptRow(id, what) => f.debug_tuple("CorruptRow").field(id).field(what).finish(),
             Self::InvalidBatch(what) => f.debug_tuple("InvalidBatch").field(what).finish(),
+            Self::UnknownTenant(why) => f.debug_tuple("UnknownTenant").field(why).finish(),
+            Self::TenantMigration(tenant, why) => f.debug_tuple("TenantMigration").field(tenant).field(why).finish(),
+            Self::TenantNotChosen => f.write_str("TenantNotChosen"),
             Self::Crashed => f.write_str("Crashed"),
             Self::Stopped => f.write_str("Stopped"),
         }

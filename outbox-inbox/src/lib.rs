@@ -61,7 +61,7 @@ mod runner;
 
 pub use decode::{DeliveryError, DeliveryLimits, SealedError, decode_delivery};
 pub use error::{Error, HandlerError, HandlerErrorKind, Result};
-pub use inbox::{InboxLayer, InboxRequest, InboxService, Outcome, StartPolicy};
+pub use inbox::{InboxLayer, InboxRequest, InboxService, Outcome, StartPolicy, Tenants};
 pub use migrate::{MIGRATIONS_TABLE, migrate, migrator};
 /// The topology and the dead-letter headers, from `outbox-amqp`.
 pub use outbox_amqp::{

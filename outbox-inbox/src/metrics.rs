@@ -37,7 +37,7 @@ pub(crate) fn describe() {
 }
 
 /// What the runner dead-letters for, besides a delivery that does not decode.
-const HANDLER_REASONS: [&str; 2] = ["handler_failed", "attempts_exhausted"];
+const HANDLER_REASONS: [&str; 3] = ["handler_failed", "attempts_exhausted", "unknown_tenant"];
 /// Why a delivery does not decode, besides a breach of the wire contract (whose codes are many).
 const DECODE_REASONS: [&str; 5] =
     ["unknown_content_type", "unparsable_payload", "payload_too_large", "headers_too_large", "sealed_payload"];

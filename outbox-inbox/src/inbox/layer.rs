@@ -7,6 +7,7 @@ use tower::Layer;
 
 use super::service::InboxService;
 use super::start_policy::StartPolicy;
+use super::tenants::{Databases, Tenants};
 
 /// Wraps a handler (`Service<InboxRequest, Response = InboxRequest>`) in the inbox.
 ///
@@ -25,7 +26,7 @@ use super::start_policy::StartPolicy;
 /// ```
 #[derive(Debug, Clone)]
 pub struct InboxLayer {
-    pool: PgPool,
+    databases: Databases,
     consumer: Arc<str>,
     start: StartPolicy,
     cipher: Option<outbox_types::PayloadCipher>,
@@ -35,9 +36,20 @@ pub struct InboxLayer {
 impl InboxLayer {
     /// An inbox in `pool` for the consumer named `consumer` (its rows are scoped by this name).
     pub fn new(pool: PgPool, consumer: impl Into<String>) -> Self {
+        Self::in_databases(Databases::One(pool), consumer.into())
+    }
+
+    /// A multi-tenant inbox for the consumer named `consumer`: each event is applied in its
+    /// tenant's database, where its dedup and sequence records are kept beside the handler's
+    /// writes (see [`Tenants`]).
+    pub fn for_tenants(tenants: Tenants, consumer: impl Into<String>) -> Self {
+        Self::in_databases(Databases::Tenants(tenants), consumer.into())
+    }
+
+    fn in_databases(databases: Databases, consumer: String) -> Self {
         crate::metrics::describe();
-        let consumer = Arc::from(consumer.into());
-        Self { pool, consumer, start: StartPolicy::default(), cipher: None, persistent: true }
+        let consumer = Arc::from(consumer);
+        Self { databases, consumer, start: StartPolicy::default(), cipher: None, persistent: true }
     }
 
     /// Sets where an entity's numbering starts for this consumer. Defaults to
@@ -75,7 +87,7 @@ impl<S> Layer<S> for InboxLayer {
     fn layer(&self, inner: S) -> Self::Service {
         InboxService {
             inner,
-            pool: self.pool.clone(),
+            databases: self.databases.clone(),
             consumer: self.consumer.clone(),
             start: self.start,
             cipher: self.cipher.clone(),

@@ -9,7 +9,8 @@
 //! - `hold_back.rs`: an event that is not its entity's next, recorded as stale or parked;
 //! - `parked.rs`: parked events applied in order once their gap fills;
 //! - `repair.rs`: an operator's repairs of failed and parked events;
-//! - `store.rs`: the inbox's SQL.
+//! - `store.rs`: the inbox's SQL;
+//! - `tenants.rs`: [`Tenants`], a multi-tenant inbox's databases and how an event names its tenant.
 
 mod hold_back;
 mod layer;
@@ -20,9 +21,11 @@ mod request;
 mod service;
 mod start_policy;
 pub(crate) mod store;
+mod tenants;
 
 pub use layer::InboxLayer;
 pub use outcome::Outcome;
 pub use request::InboxRequest;
 pub use service::InboxService;
 pub use start_policy::StartPolicy;
+pub use tenants::Tenants;

@@ -40,7 +40,7 @@ where
     /// one after it is parked too.
     pub(super) async fn apply_next_parked(&self, inner: &mut S, key: &str) -> Result<Option<bool>> {
         let (consumer, scope) = (&*self.consumer, self.scope());
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.db()?.begin().await?;
         let last = store::lock_entity(&mut tx, scope, key, 0).await?;
         let Some(event) = store::parked_at(&mut tx, scope, key, last + 1, self.cipher.as_ref()).await? else {
             tx.rollback().await?;
@@ -62,11 +62,26 @@ where
     /// returns how many were applied.
     ///
     /// # Errors
-    /// A database error.
+    /// A database error (in a multi-tenant inbox, the first tenant's that failed; the others are
+    /// swept all the same).
     pub async fn sweep_parked(&self) -> Result<usize> {
+        if self.tenants().is_none() {
+            return self.sweep_parked_in_one().await;
+        }
+        let (mut applied, mut failed) = (0, None);
+        for (_, pool) in self.databases() {
+            match self.with_pool(pool).sweep_parked_in_one().await {
+                Ok(n) => applied += n,
+                Err(e) => failed = failed.or(Some(e)),
+            }
+        }
+        failed.map_or(Ok(applied), Err)
+    }
+
+    async fn sweep_parked_in_one(&self) -> Result<usize> {
         // In a transaction, as every statement of the inbox: behind a pooler in transaction mode
         // an unnamed statement is safe only there.
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.db()?.begin().await?;
         let keys = store::ready_entities(&mut tx, self.scope(), 100).await?;
         tx.commit().await?;
         let mut inner = self.inner.clone();

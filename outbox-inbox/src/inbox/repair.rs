@@ -25,7 +25,7 @@ where
     /// # Errors
     /// A database error.
     pub async fn record_failed(&self, event: &Event, error: &Error) -> Result<()> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.route(event)?.1.begin().await?;
         if let Some(entity) = &event.entity {
             store::lock_entity(&mut tx, self.scope(), &entity.key, 0).await?;
         }
@@ -42,7 +42,7 @@ where
     /// # Errors
     /// A database error.
     pub async fn skip_gap(&self, entity_key: &str) -> Result<usize> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.db()?.begin().await?;
         let last = store::lock_entity(&mut tx, self.scope(), entity_key, 0).await?;
         let first: Option<i64> = sqlx::query_scalar(
             "SELECT min(seq) FROM inbox_events WHERE consumer = $1 AND entity_key = $2 AND status = 'parked'",
@@ -70,7 +70,7 @@ where
     /// # Errors
     /// A database error.
     pub async fn skip_failed(&self, id: outbox_types::EventId) -> Result<Option<usize>> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.db()?.begin().await?;
         let Some((status, event)) = store::stored(&mut tx, self.scope(), id, Opening::Keep).await? else {
             return Ok(None);
         };
@@ -113,7 +113,7 @@ where
     pub async fn retry_failed(&self, id: outbox_types::EventId) -> Result<Option<Outcome>> {
         let scope = self.scope();
         let mut inner = self.inner.clone();
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.db()?.begin().await?;
         let opening = Opening::With(self.cipher.as_ref());
         let Some((status, event)) = store::stored(&mut tx, scope, id, opening).await? else {
             return Ok(None);

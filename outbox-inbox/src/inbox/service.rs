@@ -17,6 +17,7 @@ use super::outcome::Outcome;
 use super::request::InboxRequest;
 use super::start_policy::StartPolicy;
 use super::store;
+use super::tenants::{Databases, Tenants};
 use crate::{Error, HandlerError, Result};
 
 /// The inbox around a handler: a `Service<Event, Response = Outcome>`.
@@ -24,10 +25,13 @@ use crate::{Error, HandlerError, Result};
 /// For each event, in one transaction: record the event id (a duplicate stops here), check the
 /// entity sequence (stale: stop; ahead: park), run the handler, advance the entity, commit. Then
 /// every parked successor that is now next is applied in order, each in its own transaction.
+///
+/// A multi-tenant inbox ([`InboxLayer::for_tenants`](crate::InboxLayer::for_tenants)) does all
+/// of this in the event's tenant's database.
 #[derive(Debug, Clone)]
 pub struct InboxService<S> {
     pub(super) inner: S,
-    pub(super) pool: PgPool,
+    pub(super) databases: Databases,
     pub(super) consumer: Arc<str>,
     pub(super) start: StartPolicy,
     pub(super) cipher: Option<outbox_types::PayloadCipher>,
@@ -54,9 +58,56 @@ impl<S> InboxService<S> {
         super::store::Scope { consumer: &self.consumer, persistent: self.persistent }
     }
 
-    /// The pool.
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
+    /// The pool of an inbox in one database; `None` for a multi-tenant inbox.
+    pub fn pool(&self) -> Option<&PgPool> {
+        match &self.databases {
+            Databases::One(pool) => Some(pool),
+            Databases::Tenants(_) => None,
+        }
+    }
+
+    /// The tenants of a multi-tenant inbox; `None` for an inbox in one database.
+    pub fn tenants(&self) -> Option<&Tenants> {
+        match &self.databases {
+            Databases::One(_) => None,
+            Databases::Tenants(tenants) => Some(tenants),
+        }
+    }
+
+    /// The one database this inbox writes to: a multi-tenant inbox is routed to its tenant's
+    /// first (`with_pool`), so that only a repair asked of it without a tenant fails here.
+    pub(super) fn db(&self) -> Result<&PgPool> {
+        self.pool().ok_or(Error::TenantNotChosen)
+    }
+
+    /// The event's database, and its tenant's name in a multi-tenant inbox.
+    pub(super) fn route(&self, event: &Event) -> Result<(Option<Arc<str>>, PgPool)> {
+        match &self.databases {
+            Databases::One(pool) => Ok((None, pool.clone())),
+            Databases::Tenants(tenants) => tenants.resolve(event).map(|(name, pool)| (Some(name), pool)),
+        }
+    }
+
+    /// Every database with its tenant's name (none for an inbox in one database).
+    pub(crate) fn databases(&self) -> Vec<(Option<Arc<str>>, PgPool)> {
+        match &self.databases {
+            Databases::One(pool) => vec![(None, pool.clone())],
+            Databases::Tenants(tenants) => tenants.all().into_iter().map(|(n, p)| (Some(n), p)).collect(),
+        }
+    }
+}
+
+impl<S: Clone> InboxService<S> {
+    /// This inbox in the one database `pool`.
+    pub(super) fn with_pool(&self, pool: PgPool) -> Self {
+        Self { databases: Databases::One(pool), ..self.clone() }
+    }
+
+    /// The inbox of the tenant `name` of a multi-tenant inbox, for an operator's repairs
+    /// ([`InboxService::retry_failed`], [`InboxService::skip_gap`], ...); `None` if the tenant is
+    /// not listed or the inbox has one database.
+    pub fn tenant(&self, name: &str) -> Option<Self> {
+        self.tenants()?.pool(name).map(|pool| self.with_pool(pool))
     }
 }
 
@@ -110,7 +161,7 @@ where
 
     pub(super) async fn handle(&self, inner: &mut S, event: Event) -> Result<Outcome> {
         let scope = self.scope();
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.db()?.begin().await?;
         let (last, fresh) = store::admit(&mut tx, scope, &event, self.initial_seq(&event)).await?;
         if !fresh {
             tx.rollback().await?;
@@ -150,10 +201,42 @@ where
     /// next are applied after the commit, each in a transaction of its own, as after a single
     /// event.
     ///
+    /// A multi-tenant inbox splits the batch by tenant, a transaction in each tenant's database;
+    /// on an error, the tenants done before it stay committed (their events come back as
+    /// duplicates when applied again one at a time).
+    ///
     /// # Errors
-    /// [`Error::InvalidBatch`], a database error, or the first handler failure.
+    /// [`Error::InvalidBatch`], [`Error::UnknownTenant`] (before anything is written), a database
+    /// error, or the first handler failure.
     #[tracing::instrument(name = "inbox.handle_batch", skip_all, fields(consumer = &*self.consumer, events = events.len()))]
     pub async fn call_batch(&self, events: Vec<Event>) -> Result<Vec<Outcome>> {
+        if self.tenants().is_none() {
+            return self.call_batch_in_one(events).await;
+        }
+        let mut groups: Vec<(PgPool, Vec<usize>, Vec<Event>)> = Vec::new();
+        let mut names: Vec<Arc<str>> = Vec::new();
+        for (i, event) in events.into_iter().enumerate() {
+            let (name, pool) = self.route(&event)?;
+            let name = name.unwrap_or_default();
+            let at = names.iter().position(|n| *n == name).unwrap_or_else(|| {
+                names.push(name);
+                groups.push((pool, Vec::new(), Vec::new()));
+                groups.len() - 1
+            });
+            groups[at].1.push(i);
+            groups[at].2.push(event);
+        }
+        let mut outcomes = vec![None; groups.iter().map(|g| g.1.len()).sum()];
+        for (pool, positions, events) in groups {
+            for (i, outcome) in positions.into_iter().zip(self.with_pool(pool).call_batch_in_one(events).await?) {
+                outcomes[i] = Some(outcome);
+            }
+        }
+        Ok(outcomes.into_iter().flatten().collect())
+    }
+
+    /// [`InboxService::call_batch`] in the one database of this inbox.
+    async fn call_batch_in_one(&self, events: Vec<Event>) -> Result<Vec<Outcome>> {
         let mut ids = std::collections::HashSet::with_capacity(events.len());
         let mut keys = std::collections::HashSet::with_capacity(events.len());
         for event in &events {
@@ -169,7 +252,7 @@ where
         let (consumer, scope) = (&*self.consumer, self.scope());
         let mut inner = self.inner.clone();
         let initial: Vec<i64> = events.iter().map(|e| self.initial_seq(e)).collect();
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.db()?.begin().await?;
         let admitted = store::admit_batch(&mut tx, scope, &events, &initial).await?;
         let mut outcomes = Vec::with_capacity(events.len());
         // Entities moved by the batch: key, new sequence, and the index of the event's outcome.
@@ -236,6 +319,7 @@ where
             entity = event.entity.as_ref().map(|e| e.key.as_str()),
             seq = event.entity.as_ref().map(|e| e.seq),
             correlation_id = event.correlation_id.as_deref(),
+            tenant = tracing::field::Empty,
         );
         #[cfg(feature = "otel")]
         crate::otel::set_parent(&span, event.traceparent.as_deref());
@@ -243,7 +327,15 @@ where
             async move {
                 let mut inner = this.inner.clone();
                 let id = event.id;
-                let result = this.handle(&mut inner, event).await;
+                let result = match this.route(&event) {
+                    Ok((tenant, pool)) => {
+                        if let Some(tenant) = tenant {
+                            tracing::Span::current().record("tenant", &*tenant);
+                        }
+                        this.with_pool(pool).handle(&mut inner, event).await
+                    }
+                    Err(e) => Err(e),
+                };
                 let label = match &result {
                     Ok(o) => o.as_str(),
                     Err(e) if e.is_retryable() => "transient_failure",

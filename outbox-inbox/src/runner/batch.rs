@@ -156,7 +156,8 @@ where
             Err(e) if e.is_retryable() => self.retry_or_give_up(&copy, &e).await,
             Err(e) => {
                 self.forget(id);
-                Ok(Verdict::DeadLetter { reason: "handler_failed", detail: e.to_string() })
+                let reason = if matches!(e, Error::UnknownTenant(_)) { "unknown_tenant" } else { "handler_failed" };
+                Ok(Verdict::DeadLetter { reason, detail: e.to_string() })
             }
         }
     }

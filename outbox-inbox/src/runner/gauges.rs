@@ -16,15 +16,22 @@ pub(super) async fn gauges<S>(shared: Arc<Shared<S>>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        match crate::admin::backlog(shared.service.pool(), &consumer).await {
-            Ok(b) => {
-                let c = consumer.clone();
-                metrics::gauge!(m::ENTITIES_WITH_GAP, "consumer" => c.clone()).set(b.entities_with_gap as f64);
-                metrics::gauge!(m::PARKED, "consumer" => c.clone()).set(b.parked as f64);
-                metrics::gauge!(m::OLDEST_PARKED, "consumer" => c.clone()).set(b.oldest_parked_age_seconds);
-                metrics::gauge!(m::FAILED, "consumer" => c).set(b.failed as f64);
-            }
-            Err(e) => tracing::debug!(error = %e, "could not read the inbox backlog for the gauges"),
+        for (tenant, pool) in shared.service.databases() {
+            read_backlog(&pool, &consumer, tenant.as_deref()).await;
         }
     }
+}
+
+/// Sets the gauges of one database: labelled `tenant` in a multi-tenant inbox.
+async fn read_backlog(pool: &sqlx::PgPool, consumer: &str, tenant: Option<&str>) {
+    let b = match crate::admin::backlog(pool, consumer).await {
+        Ok(b) => b,
+        Err(e) => return tracing::debug!(error = %e, tenant, "could not read the inbox backlog for the gauges"),
+    };
+    let mut labels = vec![("consumer", consumer.to_owned())];
+    labels.extend(tenant.map(|t| ("tenant", t.to_owned())));
+    metrics::gauge!(m::ENTITIES_WITH_GAP, &labels).set(b.entities_with_gap as f64);
+    metrics::gauge!(m::PARKED, &labels).set(b.parked as f64);
+    metrics::gauge!(m::OLDEST_PARKED, &labels).set(b.oldest_parked_age_seconds);
+    metrics::gauge!(m::FAILED, &labels).set(b.failed as f64);
 }

@@ -1,5 +1,5 @@
 //! The consumer's tests on the real PostgreSQL and RabbitMQ: the inbox (duplicates, per-entity
-//! order, parking), the AMQP runner, partitions, retention and sealed payloads. One binary, one
+//! order, parking), the AMQP runner, partitions, retention, sealed payloads and a multi-tenant inbox. One binary, one
 //! module per concern.
 
 mod inbox;
@@ -9,3 +9,4 @@ mod retention;
 mod runner;
 mod sealed;
 mod support;
+mod tenants;
