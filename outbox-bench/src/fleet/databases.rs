@@ -37,6 +37,7 @@ impl Databases {
             execute(&mut conn, &format!("CREATE DATABASE \"{}_{i}\" TEMPLATE \"{template}\"", databases.prefix))
                 .await?;
         }
+        execute(&mut conn, &format!("CREATE DATABASE \"{}_bare\"", databases.prefix)).await?;
         conn.close().await?;
         Ok(databases)
     }
@@ -54,6 +55,20 @@ impl Databases {
         Ok(path)
     }
 
+    /// A list file of the first `n` databases and two faulty ones: `down`, the first database
+    /// through `stalled` (a proxy that passes no bytes), and `unmigrated`, a database without the
+    /// outbox's tables; its path.
+    pub(super) fn list_with_faults(&self, n: usize, stalled: std::net::SocketAddr) -> Result<PathBuf, BoxError> {
+        let path = self.list(n)?;
+        let down = self.options(0).host(&stalled.ip().to_string()).port(stalled.port());
+        let bare = self.admin.clone().database(&format!("{}_bare", self.prefix));
+        let faults = format!("down {}\nunmigrated {}\n", down.to_url_lossy(), bare.to_url_lossy());
+        let text = std::fs::read_to_string(&path)? + &faults;
+        let path = self.dir.join(format!("databases-{n}-with-faults"));
+        std::fs::write(&path, text)?;
+        Ok(path)
+    }
+
     /// Connections to the benchmark's databases now, on the whole server.
     pub(super) async fn connections(&self, conn: &mut PgConnection) -> Result<i64, BoxError> {
         let like = format!("{}\\_%", self.prefix);
@@ -61,6 +76,13 @@ impl Databases {
             .bind(like)
             .fetch_one(conn)
             .await?)
+    }
+
+    /// The server's address, for a proxy in front of it.
+    pub(super) fn server_addr(&self) -> Result<std::net::SocketAddr, BoxError> {
+        use std::net::ToSocketAddrs;
+        let mut addrs = (self.admin.get_host(), self.admin.get_port()).to_socket_addrs()?;
+        Ok(addrs.next().ok_or("the database server's host has no address")?)
     }
 
     /// An admin connection (to the server's own database).
@@ -95,7 +117,7 @@ impl Databases {
 
     async fn drop_all(admin: PgConnectOptions, prefix: String, count: usize) -> Result<(), BoxError> {
         let mut conn = PgConnection::connect_with(&admin).await?;
-        for i in (0..count).map(|i| i.to_string()).chain(["template".to_owned()]) {
+        for i in (0..count).map(|i| i.to_string()).chain(["template".to_owned(), "bare".to_owned()]) {
             execute(&mut conn, &format!("DROP DATABASE IF EXISTS \"{prefix}_{i}\" WITH (FORCE)")).await?;
         }
         Ok(())

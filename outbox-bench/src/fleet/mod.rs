@@ -5,12 +5,16 @@
 //!    rate over the last nine tenths (the fleet takes its databases at its second look, 2 s after
 //!    it starts, which the first tenth absorbs), the process's peak RSS, and the most connections
 //!    to the benchmark's databases seen (sampled every 100 ms).
-//! 2. **Latency**: 1,000 events/s committed one per transaction, spread evenly over 48 databases,
+//! 2. **Faults**: the 50 databases' backlog again, with two more databases listed: one behind a
+//!    proxy that accepts connections and passes no bytes, one without the outbox's tables. The
+//!    healthy databases' rate against the run without them.
+//! 3. **Latency**: 1,000 events/s committed one per transaction, spread evenly over 48 databases,
 //!    from each `COMMIT` to the event's arrival at a consumer. 48, not 50: each database needs a
 //!    producer connection besides the fleet's, and the server's `max_connections` is 100.
 //!
 //! Figures: `fleet_drain_<n>_dbs_events_per_s`, `fleet_drain_50_over_1_dbs`,
 //! `fleet_peak_rss_<n>_dbs_mib`, `fleet_rss_per_database_kib`, `fleet_connections_<n>_dbs`,
+//! `fleet_drain_50_dbs_with_2_faulty_events_per_s`, `fleet_drain_faulty_over_healthy`,
 //! `fleet_latency_p50_ms`, `fleet_latency_p99_ms`.
 
 mod databases;
@@ -19,7 +23,7 @@ mod process;
 use std::time::Duration;
 
 use outbox_producer::Outbox;
-use outbox_testkit::TestBroker;
+use outbox_testkit::{ChaosProxy, TestBroker};
 use sqlx::{ConnectOptions, Connection, PgConnection};
 use tokio::time::Instant;
 use uuid::Uuid;
@@ -84,12 +88,12 @@ async fn bench(broker: &TestBroker, plan: Plan) -> Result<(), BoxError> {
         plan.backlog, plan.entities
     ));
     let steal = Steal::start();
-    let alone = drain(&databases, target, plan, 0).await?;
+    let alone = drain(&databases, target, plan, 0, None).await?;
     figure("relay_drain_1_db_alone_events_per_s", Value::Rate(alone.rate), "events/s");
     figure("relay_peak_rss_1_db_alone_mib", Value::Mebibytes(alone.peak_rss_kib as f64 / 1024.0), "MiB");
     let mut drained = Vec::new();
     for n in [1, 10, DATABASES] {
-        let d = drain(&databases, target, plan, n).await?;
+        let d = drain(&databases, target, plan, n, None).await?;
         figure(&format!("fleet_drain_{n}_dbs_events_per_s"), Value::Rate(d.rate), "events/s");
         figure(&format!("fleet_peak_rss_{n}_dbs_mib"), Value::Mebibytes(d.peak_rss_kib as f64 / 1024.0), "MiB");
         figure(&format!("fleet_connections_{n}_dbs"), Value::Count(d.connections.max(0) as u64), "connections");
@@ -100,6 +104,11 @@ async fn bench(broker: &TestBroker, plan: Plan) -> Result<(), BoxError> {
     figure("fleet_drain_1_db_over_relay_alone", Value::Ratio(one.rate / alone.rate), "ratio");
     let per_db = fifty.peak_rss_kib.saturating_sub(one.peak_rss_kib) as f64 / (DATABASES - 1) as f64;
     figure("fleet_rss_per_database_kib", Value::Rate(per_db), "KiB");
+    let stalled = within("a proxy", FLOOR, ChaosProxy::start(databases.server_addr()?)).await?;
+    stalled.stall();
+    let faulty = drain(&databases, target, plan, DATABASES, Some(stalled.addr())).await?;
+    figure("fleet_drain_50_dbs_with_2_faulty_events_per_s", Value::Rate(faulty.rate), "events/s");
+    figure("fleet_drain_faulty_over_healthy", Value::Ratio(faulty.rate / fifty.rate), "ratio (target >= 0.9)");
     let (p50, p99) = latency(&databases, target, plan).await?;
     figure("fleet_latency_p50_ms", Value::Millis(p50), "ms");
     figure("fleet_latency_p99_ms", Value::Millis(p99), "ms");
@@ -107,14 +116,24 @@ async fn bench(broker: &TestBroker, plan: Plan) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// Fills the backlog over the first `n` databases and drains it with a fleet process.
+/// Fills the backlog over the first `n` databases and drains it with a fleet process; with
+/// `faults`, the list holds two faulty databases besides (see `Databases::list_with_faults`).
 /// With `n` = 0, the relay of one database as it runs alone (`relay-process`, its defaults: a pool
 /// for its confirm window, LISTEN) over the first database: the baseline.
-async fn drain(databases: &Databases, target: Target<'_>, plan: Plan, n: usize) -> Result<Drained, BoxError> {
+async fn drain(
+    databases: &Databases,
+    target: Target<'_>,
+    plan: Plan,
+    n: usize,
+    faults: Option<std::net::SocketAddr>,
+) -> Result<Drained, BoxError> {
     databases.fill(n.max(1), plan.backlog, plan.entities).await?;
     target.purge().await?;
     let arrivals = Arrivals::start(target, plan.backlog, false).await?;
-    let list = databases.list(n.max(1))?;
+    let list = match faults {
+        Some(stalled) => databases.list_with_faults(n, stalled)?,
+        None => databases.list(n.max(1))?,
+    };
     let list = list.to_str().ok_or("a list path that is not UTF-8")?;
     let mut process = if n == 0 {
         let url = databases.options(0).to_url_lossy().to_string();
@@ -151,7 +170,11 @@ async fn drain(databases: &Databases, target: Target<'_>, plan: Plan, n: usize) 
     let first_tenth = tenths.first().copied().unwrap_or_default();
     let rate = plan.backlog as f64 * 0.9 / (all - first_tenth).as_secs_f64();
     let (peak_rss_kib, _) = memory?;
-    let what = if n == 0 { "the relay alone, 1".to_owned() } else { n.to_string() };
+    let what = match (n, faults) {
+        (0, _) => "the relay alone, 1".to_owned(),
+        (n, Some(_)) => format!("{n} (and 2 faulty)"),
+        (n, None) => n.to_string(),
+    };
     comment(format_args!(
         "fleet: {what} databases: first tenth after {:.2} s, all after {:.2} s; {rate:.0} events/s over the last nine \
          tenths; peak RSS {peak_rss_kib} kB; at most {connections} connections",

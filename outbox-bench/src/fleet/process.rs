@@ -1,6 +1,7 @@
 //! The fleet process, the hidden command `fleet-process`: `outbox relay --databases-file` as a
 //! library user builds it (a `Fleet` with its defaults, polling every 250 ms as the command does),
-//! in a process of its own, so that its peak RSS is measured alone.
+//! in a process of its own, so that its peak RSS is measured alone. The relay's experimental
+//! overrides (`OUTBOX_BENCH_RELAY_*`) apply to each database's relay.
 
 use std::time::Duration;
 
@@ -33,7 +34,8 @@ pub(crate) async fn process(args: ProcessArgs) -> Result<(), BoxError> {
     let fleet = Fleet::builder(publisher.clone())
         .databases(databases)
         .relay(move |relay| {
-            relay.exchange(exchange.clone()).declare_exchange(false).poll_interval(Duration::from_millis(250))
+            let relay = relay.exchange(exchange.clone()).declare_exchange(false);
+            crate::relay::experiment(relay.poll_interval(Duration::from_millis(250)))
         })
         .build()?
         .spawn();

@@ -78,6 +78,7 @@ use self::latency::measure_latency;
 pub(crate) use self::latency::{RELAY_STAGES, percentile};
 pub(crate) use self::plan::{Backlog, Plan};
 pub(crate) use self::process::{ProcessArgs, process};
+pub(crate) use self::settings::experiment;
 pub(crate) use self::target::Target;
 use crate::db::with_db;
 use crate::error::BoxError;

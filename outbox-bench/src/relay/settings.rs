@@ -15,7 +15,7 @@ pub(super) const RELAY_CONNECTIONS: u32 = 4;
 /// `confirm_window`, `events_per_entity` and `fast_poll_interval` (in microseconds);
 /// `OUTBOX_BENCH_RELAY_DRAIN_ENTITIES` spreads the drained backlog over another number of entities
 /// (see `Plan::new`).
-pub(super) fn experiment<P: Publisher>(mut relay: RelayBuilder<P>) -> RelayBuilder<P> {
+pub(crate) fn experiment<P: Publisher>(mut relay: RelayBuilder<P>) -> RelayBuilder<P> {
     let var = |name| std::env::var(name).ok().and_then(|v| v.parse::<usize>().ok());
     if let Some(n) = var("OUTBOX_BENCH_RELAY_BATCH") {
         relay = relay.batch_size(n);
