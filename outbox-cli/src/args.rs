@@ -11,6 +11,9 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use outbox_relayer::defaults;
 
 // A path that reads the same whether this file is `crate::args` or included by a test with `#[path]`.
+#[path = "args/list.rs"]
+mod list;
+pub(crate) use list::DatabaseList;
 #[path = "args/repair.rs"]
 mod repair;
 pub(crate) use repair::{CleanupArgs, EventsCommand, InboxCommand, QuarantineCommand, ReconcileArgs};
@@ -63,6 +66,10 @@ pub(crate) enum Command {
         /// Only the inbox (consumer) tables.
         #[arg(long)]
         inbox_only: bool,
+        /// Many databases: each migrated in turn, a line each and a count (in place of
+        /// --database-url).
+        #[command(flatten)]
+        list: DatabaseList,
     },
     /// Print the state of the outbox: what waits and since when, what is held or quarantined, what
     /// was published lately, which entities are behind, which relays hold claims, and each inbox
@@ -237,27 +244,6 @@ pub(crate) struct RelayArgs {
     pub(crate) fleet: FleetArgs,
 }
 
-/// Many databases by name: for `outbox relay` and `outbox status` (see docs/many-databases.md).
-#[derive(Debug, Clone, clap::Args)]
-pub(crate) struct DatabaseList {
-    /// A database among many: `NAME=URL` (repeat the flag). NAME (letters, digits, `_`, `-`, `.`)
-    /// labels its metrics, log lines and status row. In place of --database-url; a URL here shows
-    /// in the process list, so prefer --databases-file for passwords.
-    #[arg(long = "database", value_name = "NAME=URL")]
-    pub(crate) databases: Vec<String>,
-    /// The databases listed in this file, one `NAME URL` per line (`#` comments). `relay` reads it
-    /// again on SIGHUP and when it changes: databases added are taken, those removed given back.
-    #[arg(long, value_name = "PATH")]
-    pub(crate) databases_file: Option<std::path::PathBuf>,
-}
-
-impl DatabaseList {
-    /// Whether databases are listed (the command then works on many, not on --database-url).
-    pub(crate) fn is_given(&self) -> bool {
-        !self.databases.is_empty() || self.databases_file.is_some()
-    }
-}
-
 /// The databases of `outbox relay` when it relays many.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct FleetArgs {
@@ -297,7 +283,8 @@ impl Cli {
         let given = matches!(matches.value_source("database_url"), Some(clap::parser::ValueSource::CommandLine));
         let many = match &cli.command {
             Command::Relay(relay) => relay.fleet.is_fleet(),
-            Command::Status { list, .. } => list.is_given(),
+            Command::Status { list, .. } | Command::Migrate { list, .. } => list.is_given(),
+            Command::Quarantine { command: QuarantineCommand::List { list, .. } } => list.is_given(),
             _ => false,
         };
         if many && given {

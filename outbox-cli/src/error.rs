@@ -14,9 +14,9 @@ pub(crate) enum CliError {
     /// The database URL cannot be parsed; the reason never quotes it.
     #[error("DATABASE_URL is not a valid PostgreSQL URL: {0}")]
     DatabaseUrl(String),
-    /// `outbox status` over many databases could not read some of them (each row says why).
-    #[error("{0} of {1} databases could not be read")]
-    DatabasesUnread(usize, usize),
+    /// A command over many databases failed on some of them (each one's line says why).
+    #[error("{0} of {1} databases {2}")]
+    DatabasesFailed(usize, usize, &'static str),
     /// The list of databases to relay cannot be read; the reason names the line, never a URL.
     #[error("{0}")]
     DatabaseList(String),

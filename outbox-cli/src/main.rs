@@ -37,9 +37,12 @@ mod fleet;
 mod grant;
 mod inbox;
 mod logging;
+mod many;
 mod migrate;
+mod migrate_many;
 mod progress;
 mod quarantine;
+mod quarantine_many;
 mod reconcile;
 mod relay;
 mod replay;
@@ -54,7 +57,7 @@ use std::process::ExitCode;
 
 use clap::error::ErrorKind;
 
-use crate::args::{Cli, Command};
+use crate::args::{Cli, Command, QuarantineCommand};
 use crate::error::CliError;
 
 async fn run(cli: Cli) -> Result<(), CliError> {
@@ -72,12 +75,20 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             let (_, databases) = databases::read(&list)?;
             return status_many::run(databases, cli.connect_timeout_secs, json).await;
         }
+        Command::Migrate { outbox_only, inbox_only, list } if list.is_given() => {
+            let (_, databases) = databases::read(&list)?;
+            return migrate_many::run(databases, cli.connect_timeout_secs, outbox_only, inbox_only).await;
+        }
+        Command::Quarantine { command: QuarantineCommand::List { kind, limit, json, list } } if list.is_given() => {
+            let (_, databases) = databases::read(&list)?;
+            return quarantine_many::run(databases, cli.connect_timeout_secs, kind, limit, json).await;
+        }
         command => command,
     };
     let options = connect::options(cli.database_url.as_deref())?;
     let timeout = cli.connect_timeout_secs;
     match command {
-        Command::Migrate { outbox_only, inbox_only } => {
+        Command::Migrate { outbox_only, inbox_only, .. } => {
             // A plain connection first: if the database cannot be reached, it says why.
             let conn = connect::within(&options, timeout).await?;
             drop(conn);
@@ -95,19 +106,19 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         }
         Command::Relay(args) => relay::run(options, timeout, *args).await,
         Command::Events { command } => {
-            let pool = outbox_pool(options, timeout).await?;
+            let pool = schema::outbox_pool(options, timeout).await?;
             let outcome = events::run(&pool, command).await;
             pool.close().await;
             outcome
         }
         Command::Quarantine { command } => {
-            let pool = outbox_pool(options, timeout).await?;
+            let pool = schema::outbox_pool(options, timeout).await?;
             let outcome = quarantine::run(&pool, command).await;
             pool.close().await;
             outcome
         }
         Command::Cleanup(args) => {
-            let pool = outbox_pool(options, timeout).await?;
+            let pool = schema::outbox_pool(options, timeout).await?;
             if args.inbox.is_some() {
                 let mut conn = pool.acquire().await?;
                 schema::check_inbox(&mut conn).await?;
@@ -118,13 +129,13 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         }
         Command::Grant(args) => grant::apply(&args, &options, timeout).await,
         Command::Reconcile(args) => {
-            let pool = outbox_pool(options, timeout).await?;
+            let pool = schema::outbox_pool(options, timeout).await?;
             let outcome = reconcile::run(&pool, args).await;
             pool.close().await;
             outcome
         }
         Command::Replay { command } => {
-            let pool = outbox_pool(options.clone(), timeout).await?;
+            let pool = schema::outbox_pool(options.clone(), timeout).await?;
             let outcome = replay::run(&pool, options, command).await;
             pool.close().await;
             outcome
@@ -139,17 +150,6 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             outcome
         }
     }
-}
-
-/// A pool over a database that answers within `timeout` and holds the outbox tables.
-async fn outbox_pool(
-    options: sqlx::postgres::PgConnectOptions,
-    timeout: std::time::Duration,
-) -> Result<sqlx::PgPool, CliError> {
-    let mut conn = connect::within(&options, timeout).await?;
-    schema::check_outbox(&mut conn).await?;
-    drop(conn);
-    Ok(connect::pool(options, timeout))
 }
 
 /// Prints a clap error (help and version as clap prints them, a usage error on one line) and

@@ -20,7 +20,7 @@ use crate::error::CliError;
 /// [`CliError::NoSuchEvent`] for `show`; a database error.
 pub(crate) async fn run(pool: &PgPool, command: QuarantineCommand) -> Result<(), CliError> {
     match command {
-        QuarantineCommand::List { kind, limit, json } => list(pool, kind, limit, json).await,
+        QuarantineCommand::List { kind, limit, json, .. } => list(pool, kind, limit, json).await,
         QuarantineCommand::Show { id, json } => {
             require_quarantined(pool, &[id]).await?;
             crate::events::show(pool, EventId::from_uuid(id), false, json).await
@@ -105,7 +105,8 @@ async fn act(pool: &PgPool, ids: &[Uuid], action: Action) -> Result<(), CliError
     Ok(())
 }
 
-fn table(events: &[QuarantinedEvent]) -> String {
+/// The events as a table, a header line first.
+pub(crate) fn table(events: &[QuarantinedEvent]) -> String {
     let mut out =
         format!("{:<36}  {:<20}  {:<24}  {:>8}  {:<10}  REASON\n", "ID", "TYPE", "ENTITY", "ATTEMPTS", "KIND");
     for e in events {
@@ -126,7 +127,8 @@ fn table(events: &[QuarantinedEvent]) -> String {
     out
 }
 
-fn to_json(e: &QuarantinedEvent) -> Value {
+/// One event as JSON.
+pub(crate) fn to_json(e: &QuarantinedEvent) -> Value {
     json!({
         "id": e.id.to_string(),
         "event_type": e.event_type,

@@ -59,3 +59,14 @@ pub(crate) async fn check_inbox(conn: &mut PgConnection) -> Result<(), CliError>
     .await?;
     if missing > 0 { Err(CliError::InboxNotMigrated) } else { Ok(()) }
 }
+
+/// A pool over a database that answers within `timeout` and holds the outbox tables.
+pub(crate) async fn outbox_pool(
+    options: sqlx::postgres::PgConnectOptions,
+    timeout: std::time::Duration,
+) -> Result<sqlx::PgPool, CliError> {
+    let mut conn = crate::connect::within(&options, timeout).await?;
+    check_outbox(&mut conn).await?;
+    drop(conn);
+    Ok(crate::connect::pool(options, timeout))
+}

@@ -5,50 +5,28 @@
 
 use std::time::Duration;
 
-use futures::StreamExt;
 use outbox_ops::admin::{Activity, Backlog};
 use outbox_relayer::fleet::FleetDatabase;
 use serde_json::{Value, json};
 
 use crate::error::CliError;
-
-/// Databases read at once.
-const AT_ONCE: usize = 8;
+use crate::many::{Outcome, each, name_width, verdict};
 
 /// What one database answered.
-struct Row {
-    name: String,
-    state: Result<(Backlog, Activity), String>,
-}
+type Row = Outcome<(Backlog, Activity)>;
 
 /// Prints every listed database's state and the total.
 ///
 /// # Errors
-/// [`CliError::DatabasesUnread`] if any database could not be read (after printing all of them).
+/// [`CliError::DatabasesFailed`] if any database could not be read (after printing all of them).
 pub(crate) async fn run(databases: Vec<FleetDatabase>, timeout: Duration, json: bool) -> Result<(), CliError> {
-    let rows = read_all(databases, timeout).await;
+    let rows = each(databases, |database| async move { read_one(&database, timeout).await }).await;
     if json {
         println!("{}", to_json(&rows));
     } else {
         print!("{}", to_text(&rows));
     }
-    let unread = rows.iter().filter(|r| r.state.is_err()).count();
-    if unread > 0 {
-        return Err(CliError::DatabasesUnread(unread, rows.len()));
-    }
-    Ok(())
-}
-
-/// Every database's row, in the order listed, `AT_ONCE` read at a time.
-async fn read_all(databases: Vec<FleetDatabase>, timeout: Duration) -> Vec<Row> {
-    futures::stream::iter(databases)
-        .map(|database| async move {
-            let state = read_one(&database, timeout).await.map_err(|e| e.to_string());
-            Row { name: database.name().to_owned(), state }
-        })
-        .buffered(AT_ONCE)
-        .collect()
-        .await
+    verdict(&rows, "could not be read")
 }
 
 async fn read_one(database: &FleetDatabase, timeout: Duration) -> Result<(Backlog, Activity), CliError> {
@@ -67,14 +45,14 @@ fn figures(b: &Backlog, a: &Activity) -> [i64; 5] {
 }
 
 fn to_text(rows: &[Row]) -> String {
-    let width = rows.iter().map(|r| r.name.len()).max().unwrap_or(0).max("database".len());
+    let width = name_width(rows, "database");
     let mut out = format!(
         "{:width$}  {:>10}  {:>8}  {:>11}  {:>14}  {:>10}  {:>16}\n",
         "database", "waiting", "held", "quarantined", "expired leases", "oldest", "published (1 h)"
     );
     let (mut total, mut oldest) = ([0i64; 5], Duration::ZERO);
     for row in rows {
-        match &row.state {
+        match &row.result {
             Ok((b, a)) => {
                 let f = figures(b, a);
                 total.iter_mut().zip(f).for_each(|(t, n)| *t += n);
@@ -93,7 +71,7 @@ fn to_text(rows: &[Row]) -> String {
             Err(why) => out += &format!("{:width$}  cannot be read: {why}\n", row.name),
         }
     }
-    let read = rows.iter().filter(|r| r.state.is_ok()).count();
+    let read = rows.iter().filter(|r| r.result.is_ok()).count();
     out += &format!(
         "{:width$}  {:>10}  {:>8}  {:>11}  {:>14}  {:>10}  {:>16}\n",
         format!("total ({read} of {})", rows.len()),
@@ -121,7 +99,7 @@ fn to_json(rows: &[Row]) -> Value {
     let mut oldest = Duration::ZERO;
     let databases: Vec<Value> = rows
         .iter()
-        .map(|row| match &row.state {
+        .map(|row| match &row.result {
             Ok((b, a)) => {
                 let f = figures(b, a);
                 total.iter_mut().zip(f).for_each(|(t, n)| *t += n);
@@ -138,7 +116,7 @@ fn to_json(rows: &[Row]) -> Value {
     json!({
         "databases": databases,
         "total": {
-            "databases": rows.len(), "read": rows.iter().filter(|r| r.state.is_ok()).count(),
+            "databases": rows.len(), "read": rows.iter().filter(|r| r.result.is_ok()).count(),
             "waiting": total[0], "held": total[1], "quarantined": total[2], "expired_leases": total[3],
             "oldest_waiting_age_seconds": oldest.as_secs_f64(), "published_last_hour": total[4],
         },

@@ -43,12 +43,17 @@ pub(crate) enum QuarantineCommand {
         /// Only this failure kind (transient, contract, auth or rejected).
         #[arg(long, value_parser = failure_kind)]
         kind: Option<outbox_types::FailureKind>,
-        /// At most this many (1 to 10,000).
+        /// At most this many (1 to 10,000; per database with many).
         #[arg(long, default_value = "100", value_parser = RangedU64ValueParser::<u64>::new().range(1..=MAX_LIMIT))]
         limit: u64,
-        /// One JSON array instead of the table.
+        /// One JSON array instead of the table (with many databases, one object: each
+        /// database's array and the total).
         #[arg(long)]
         json: bool,
+        /// Many databases: each one's list under its name, and the total (in place of
+        /// --database-url).
+        #[command(flatten)]
+        list: super::list::DatabaseList,
     },
     /// One quarantined event's record (as `outbox events show`).
     Show {

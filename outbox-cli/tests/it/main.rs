@@ -10,6 +10,7 @@ mod cleanup;
 mod flags;
 mod inbox;
 mod log_redaction;
+mod many_databases;
 mod metrics_endpoint;
 mod operator_failures;
 mod ops_files;

@@ -1,0 +1,126 @@
+//! Operator commands over many databases (`--databases-file`, `--database NAME=URL`): `migrate`
+//! and `quarantine list` work on each listed database, print a line or a section per database and
+//! a total, say why one could not be worked on, exit 1 for it, and never show a password.
+//! (`status` over many databases is in `status.rs`.)
+
+use outbox_testkit::TestDb;
+
+use crate::support;
+
+/// A list file naming `databases` (`NAME URL` lines) in a folder of its own; the folder and the
+/// file's path.
+fn list_file(databases: &[(&str, String)]) -> (std::path::PathBuf, String) {
+    let dir = std::env::temp_dir().join(format!("outbox-many-{}", outbox_testkit::unique_suffix()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("databases");
+    let text: String = databases.iter().map(|(name, url)| format!("{name} {url}\n")).collect();
+    std::fs::write(&file, text).expect("list");
+    let path = file.to_str().expect("path").to_owned();
+    (dir, path)
+}
+
+/// Whether the database holds the table `name`.
+async fn has_table(db: &TestDb, name: &str) -> bool {
+    sqlx::query_scalar::<_, bool>("SELECT to_regclass($1) IS NOT NULL")
+        .bind(name)
+        .fetch_one(db.pool())
+        .await
+        .expect("to_regclass")
+}
+
+/// A password in a URL, to prove it never shows.
+fn with_password(url: &str) -> String {
+    url.replacen("postgres@", "postgres:hunter2@", 1)
+}
+
+#[tokio::test]
+async fn migrate_over_many_databases_migrates_each_and_names_the_one_it_could_not() {
+    let (a, b) = (TestDb::empty().await.expect("db"), TestDb::empty().await.expect("db"));
+    let (dir, file) = list_file(&[("tenant-a", with_password(&a.url())), ("tenant-b", b.url())]);
+    let down = format!("tenant-c={}", with_password(&support::closed_database_url()));
+    let args = ["migrate", "--databases-file", &file, "--database", &down, "--connect-timeout-secs", "1"];
+
+    let out = support::output(&a.url(), &args).await;
+    let (text, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{text}{stderr}");
+    let line = |name: &str| text.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{name}:\n{text}"));
+    assert!(line("tenant-a").ends_with("  migrated"), "{text}");
+    assert!(line("tenant-b").ends_with("  migrated"), "{text}");
+    assert!(line("tenant-c").contains("not migrated: cannot connect"), "{text}");
+    assert!(text.ends_with("migrated 2 of 3 databases\n"), "{text}");
+    assert!(stderr.contains("1 of 3 databases could not be migrated"), "{stderr}");
+    assert!(!text.contains("hunter2") && !stderr.contains("hunter2"), "a password shown:\n{text}\n{stderr}");
+    for db in [&a, &b] {
+        assert!(has_table(db, "outbox_events").await && has_table(db, "inbox_events").await, "{}", db.name());
+    }
+
+    // Again, the file alone: already migrated, nothing fails.
+    let out = support::output(&a.url(), &["migrate", "--databases-file", &file, "--outbox-only"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).ends_with("migrated 2 of 2 databases\n"));
+    let _ = std::fs::remove_dir_all(&dir);
+    a.close().await.expect("drop");
+    b.close().await.expect("drop");
+}
+
+/// Quarantines the first `n` events of `n` entities of `db`, with the reason `reason`.
+async fn quarantine(db: &TestDb, n: usize, reason: &str) {
+    let outbox = outbox_producer::Outbox::new();
+    let mut tx = db.pool().begin().await.expect("begin");
+    for i in 0..n {
+        let event = outbox_types::NewEvent::json("order.changed", &i).expect("json").entity(format!("order-{i}"));
+        outbox.enqueue(&mut *tx, event).await.expect("enqueue");
+    }
+    tx.commit().await.expect("commit");
+    sqlx::query(
+        "UPDATE outbox_events SET status = 'quarantined', quarantined_at = now(), last_error_kind = 'contract',
+         last_error = $1",
+    )
+    .bind(reason)
+    .execute(db.pool())
+    .await
+    .expect("quarantine");
+}
+
+#[tokio::test]
+async fn quarantine_list_over_many_databases_lists_each_under_its_name_with_the_total() {
+    let (a, b, bare) =
+        (TestDb::new().await.expect("db"), TestDb::new().await.expect("db"), TestDb::empty().await.expect("db"));
+    quarantine(&a, 2, "no route to orders").await;
+    let (dir, file) =
+        list_file(&[("tenant-a", with_password(&a.url())), ("tenant-b", b.url()), ("tenant-c", bare.url())]);
+    let args = ["quarantine", "list", "--databases-file", &file];
+
+    let out = support::output(&a.url(), &args).await;
+    let (text, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{text}{stderr}");
+    let sections: Vec<&str> = text.lines().filter(|l| l.starts_with("== ")).collect();
+    assert_eq!(sections.len(), 3, "{text}");
+    assert_eq!(sections[0], "== tenant-a: 2 quarantined", "{text}");
+    assert_eq!(sections[1], "== tenant-b: no quarantined events", "{text}");
+    assert!(
+        sections[2].starts_with("== tenant-c: cannot be read:") && sections[2].contains("outbox migrate"),
+        "{text}"
+    );
+    assert_eq!(text.lines().filter(|l| l.contains("no route to orders")).count(), 2, "{text}");
+    assert!(text.ends_with("total: 2 quarantined in 2 of 3 databases\n"), "{text}");
+    assert!(stderr.contains("1 of 3 databases could not be read"), "{stderr}");
+    assert!(!text.contains("hunter2") && !stderr.contains("hunter2"), "a password shown:\n{text}\n{stderr}");
+
+    let out = support::output(&a.url(), &[&args[..], &["--json", "--kind", "contract"]].concat()).await;
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(json["total"], 2, "{json}");
+    assert_eq!(json["databases"][0]["events"].as_array().map(Vec::len), Some(2), "{json}");
+    assert_eq!(json["databases"][0]["events"][0]["reason"], "no route to orders", "{json}");
+    assert_eq!(json["databases"][1]["events"].as_array().map(Vec::len), Some(0), "{json}");
+    assert!(json["databases"][2]["error"].is_string(), "{json}");
+
+    // --database-url with a list is a usage error: which database would it be?
+    let out =
+        support::output(&a.url(), &["--database-url", &a.url(), "quarantine", "list", "--databases-file", &file]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
+    for db in [a, b, bare] {
+        db.close().await.expect("drop");
+    }
+}
