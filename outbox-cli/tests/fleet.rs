@@ -1,7 +1,9 @@
 //! `outbox relay` over fifty databases on the shared PostgreSQL (whose `max_connections` is the
-//! default 100), two processes sharing them. One database is unreachable for a while (a proxy in
-//! front of it refuses connections), another is not migrated; the other 48's events are all
-//! published once, in per-entity order, while both faults last; the two are drained once repaired.
+//! default 100), two processes sharing them. Four databases are faulty for a while: one
+//! unreachable (a proxy in front of it refuses connections), one not migrated, one whose outbox
+//! table another session holds locked, one whose relay role has no privileges; the other 46's
+//! events are all published once, in per-entity order, while the faults last; the four are
+//! drained once repaired.
 //! Then one process is killed and the other takes its databases over. The connections the fleet
 //! holds are counted throughout. Its own binary: it takes half the server's connections.
 
@@ -22,9 +24,13 @@ use support::{Running, closed_port, http_get, sample};
 use uuid::Uuid;
 
 const DATABASES: usize = 50;
-/// The database behind the proxy, and the one left unmigrated.
+/// The database behind the proxy, the one left unmigrated, the one whose outbox table is locked,
+/// and the one listed with a role that has no privileges on it.
 const UNREACHABLE: usize = 13;
 const UNMIGRATED: usize = 37;
+const LOCKED: usize = 24;
+const UNPRIVILEGED: usize = 42;
+const FAULTY: [usize; 4] = [UNREACHABLE, UNMIGRATED, LOCKED, UNPRIVILEGED];
 const WAIT: Duration = Duration::from_secs(180);
 
 /// The fifty databases, created for the test and dropped after it.
@@ -47,7 +53,14 @@ impl Databases {
             let from = if i == UNMIGRATED { "template0".to_owned() } else { template.clone() };
             execute(&mut conn, &format!("CREATE DATABASE \"{prefix}_{i}\" TEMPLATE \"{from}\"")).await;
         }
+        execute(&mut conn, &format!("CREATE ROLE \"{prefix}_relay\" LOGIN")).await;
         Self { admin, prefix }
+    }
+
+    /// The login role of the unprivileged database's relay (the others' relays log in as the
+    /// test's superuser), and the roles `outbox grant` creates beside it.
+    fn role(&self, of: &str) -> String {
+        format!("{}_{of}", self.prefix)
     }
 
     fn options(&self, i: usize) -> PgConnectOptions {
@@ -58,6 +71,9 @@ impl Databases {
         let mut conn = PgConnection::connect_with(&admin).await.expect("admin connection");
         for i in (0..DATABASES).map(|i| i.to_string()).chain(["template".to_owned()]) {
             execute(&mut conn, &format!("DROP DATABASE IF EXISTS \"{prefix}_{i}\" WITH (FORCE)")).await;
+        }
+        for role in ["relay", "consumer", "producer"] {
+            execute(&mut conn, &format!("DROP ROLE IF EXISTS \"{prefix}_{role}\"")).await;
         }
     }
 }
@@ -124,13 +140,17 @@ async fn recorded(databases: &Databases) {
     .expect("recorded");
 }
 
-/// The list file: every database by name, the unreachable one through the proxy.
+/// The list file: every database by name, the unreachable one through the proxy, the
+/// unprivileged one with its role.
 fn list(databases: &Databases, proxy: &ChaosProxy) -> String {
     (0..DATABASES)
         .map(|i| {
             let mut options = databases.options(i);
             if i == UNREACHABLE {
                 options = options.host(&proxy.addr().ip().to_string()).port(proxy.addr().port());
+            }
+            if i == UNPRIVILEGED {
+                options = options.username(&databases.role("relay"));
             }
             format!("tenant-{i} {}\n", options.to_url_lossy())
         })
@@ -147,6 +167,16 @@ fn relay(file: &std::path::Path, exchange: &str, port: u16) -> Running {
         .env("AMQP_URL", outbox_testkit::amqp_url())
         .env("RUST_LOG", "warn");
     Running::spawn(cmd)
+}
+
+/// `outbox grant --apply` on the unprivileged database: its relay's role gets what it needs.
+async fn grant(databases: &Databases) {
+    let mut cmd = support::outbox();
+    cmd.args(["grant", "--apply", "--relay-role", &databases.role("relay")])
+        .args(["--consumer-role", &databases.role("consumer"), "--producer-role", &databases.role("producer")])
+        .env("DATABASE_URL", databases.options(UNPRIVILEGED).to_url_lossy().to_string());
+    let (status, lines, _) = support::run(cmd, Duration::from_secs(60)).await;
+    assert!(status.success(), "outbox grant: {lines:#?}");
 }
 
 /// How many databases the process serving `port` relays, once it saw `members` processes.
@@ -226,6 +256,12 @@ async fn fleet(load: Load) {
     std::fs::create_dir_all(&dir).expect("temp dir");
     let file = dir.join("databases");
     std::fs::write(&file, list(&databases, &proxy)).expect("write the list");
+    // The locked database's events are committed before the relays start, then another session
+    // takes the table's strongest lock and holds it until the repair.
+    let locked = enqueue(&databases.options(LOCKED), LOCKED, load, 1).await;
+    let mut locker = PgConnection::connect_with(&databases.options(LOCKED)).await.expect("connect the locker");
+    execute(&mut locker, "BEGIN").await;
+    execute(&mut locker, "LOCK TABLE outbox_events IN ACCESS EXCLUSIVE MODE").await;
     let connections = Connections::default();
     connections.enter("two processes start");
     let sampler = connections.sample(&databases);
@@ -241,28 +277,34 @@ async fn fleet(load: Load) {
     .await
     .expect("shared");
 
-    // The first wave, both faults in place: the 48 others drain completely.
+    // The first wave, the four faults in place: the 46 others drain completely.
     connections.enter("the first wave");
-    let healthy: Vec<usize> = (0..DATABASES).filter(|&i| i != UNREACHABLE && i != UNMIGRATED).collect();
+    let healthy: Vec<usize> = (0..DATABASES).filter(|i| !FAULTY.contains(i)).collect();
     let mut first = Vec::new();
     for &i in &healthy {
         first.extend(enqueue(&databases.options(i), i, load, 1).await);
     }
-    let unreachable = enqueue(&databases.options(UNREACHABLE), UNREACHABLE, load, 1).await;
-    recorder.wait_all_delivered(first.iter().copied(), WAIT).await.expect("the 48 healthy databases drained");
+    let mut stuck = enqueue(&databases.options(UNREACHABLE), UNREACHABLE, load, 1).await;
+    stuck.extend(enqueue(&databases.options(UNPRIVILEGED), UNPRIVILEGED, load, 1).await);
+    stuck.extend(&locked);
+    recorder.wait_all_delivered(first.iter().copied(), WAIT).await.expect("the 46 healthy databases drained");
     assert!(
-        unreachable.iter().all(|id| !recorder.ids().contains(id)),
-        "nothing of the unreachable database went out while it was"
+        stuck.iter().all(|id| !recorder.ids().contains(id)),
+        "nothing of the unreachable, locked or unprivileged databases went out while they were"
     );
 
-    // Repaired: the proxy heals, the unmigrated database is migrated and gets its events.
+    // Repaired: the proxy heals, the lock goes, the relay's role gets its privileges (`outbox
+    // grant`), the unmigrated database is migrated and gets its events.
     connections.enter("repaired");
     proxy.heal();
+    execute(&mut locker, "ROLLBACK").await;
+    locker.close().await.expect("close the locker");
+    grant(&databases).await;
     let pool = sqlx::PgPool::connect_with(databases.options(UNMIGRATED)).await.expect("pool");
     outbox_producer::migrate(&pool).await.expect("migrate the repaired database");
     pool.close().await;
     let repaired = enqueue(&databases.options(UNMIGRATED), UNMIGRATED, load, 1).await;
-    let both: Vec<Uuid> = unreachable.iter().chain(&repaired).copied().collect();
+    let both: Vec<Uuid> = stuck.iter().chain(&repaired).copied().collect();
     recorder.wait_all_delivered(both.iter().copied(), WAIT).await.expect("the repaired databases drained");
 
     // One process killed, once every outcome is recorded (a process killed between a confirm and
@@ -270,6 +312,7 @@ async fn fleet(load: Load) {
     // subject): the other takes its databases and publishes the second wave of all.
     recorded(&databases).await;
     connections.enter("a process killed");
+    let b_lines = b.lines();
     b.child.kill().expect("kill");
     let _ = b.child.wait();
     wait_for("one process relaying all fifty", WAIT, || async {
@@ -308,9 +351,18 @@ async fn fleet(load: Load) {
     a.signal("-TERM");
     let (status, lines) = a.finish(Duration::from_secs(60)).await;
     assert!(status.success(), "{status}: {lines:?}");
-    let faults: Vec<&String> = lines.iter().filter(|l| l.contains("WARN") || l.contains("ERROR")).collect();
+    let faults: Vec<&String> =
+        lines.iter().chain(&b_lines).filter(|l| l.contains("WARN") || l.contains("ERROR")).collect();
+    let names: Vec<String> = FAULTY.iter().map(|i| format!("\"tenant-{i}\"")).collect();
+    for name in &names {
+        let first = faults.iter().find(|l| l.contains(name.as_str()));
+        eprintln!(
+            "fleet: {name}: {} warnings, the first: {first:?}",
+            faults.iter().filter(|l| l.contains(name.as_str())).count()
+        );
+    }
     assert!(
-        faults.iter().all(|l| l.contains("tenant-13") || l.contains("tenant-37") || l.contains("members")),
+        faults.iter().all(|l| names.iter().any(|n| l.contains(n.as_str())) || l.contains("members")),
         "every warning names a faulty database: {faults:?}"
     );
     drop(proxy);
