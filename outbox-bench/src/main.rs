@@ -50,6 +50,7 @@
 //! `pg_checkpoint` (when denied, the benchmark goes on without it).
 
 mod amqp;
+mod broker;
 mod consumer;
 mod counters;
 mod cpu;

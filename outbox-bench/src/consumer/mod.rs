@@ -82,11 +82,7 @@ use crate::wait::{FLOOR, in_phase, within};
 
 /// Runs the consumer benchmark and prints its figures.
 pub(crate) async fn run(plan: Plan) -> Result<(), BoxError> {
-    let broker = within("a connection to the broker", FLOOR, TestBroker::new()).await?;
-    let outcome = with_db(async |db| bench(db, &broker, plan).await).await;
-    let closed = within("the deletion of the benchmark's exchanges and queues", FLOOR, broker.close()).await;
-    outcome?;
-    closed?;
+    crate::broker::with_broker(async |broker| with_db(async |db| bench(db, broker, plan).await).await).await?;
     Ok(())
 }
 

@@ -70,11 +70,7 @@ struct Drained {
 
 /// Runs the benchmark and prints its figures.
 pub(crate) async fn run(plan: Plan) -> Result<(), BoxError> {
-    let broker = within("a connection to the broker", FLOOR, TestBroker::new()).await?;
-    let outcome = bench(&broker, plan).await;
-    let closed = within("the deletion of the benchmark's exchanges and queues", FLOOR, broker.close()).await;
-    outcome?;
-    closed?;
+    crate::broker::with_broker(async |broker| bench(broker, plan).await).await?;
     Ok(())
 }
 

@@ -91,7 +91,7 @@ use crate::error::BoxError;
 use crate::figure::{Value, comment, figure};
 use crate::relay::{Target, topology};
 use crate::steal::Steal;
-use crate::wait::{FLOOR, in_phase, within};
+use crate::wait::in_phase;
 
 /// Arguments of the `snapshot` command.
 #[derive(Debug, clap::Args)]
@@ -127,11 +127,7 @@ pub(crate) async fn run(args: Args, quick: bool) -> Result<(), BoxError> {
         Ok(())
     })
     .await?;
-    let broker = within("a connection to the broker", FLOOR, TestBroker::new()).await?;
-    let outcome = parts(&broker, plan, args.only).await;
-    let closed = within("the deletion of the benchmark's exchanges and queues", FLOOR, broker.close()).await;
-    outcome?;
-    closed?;
+    crate::broker::with_broker(async |broker| parts(broker, plan, args.only).await).await?;
     if let Some(pct) = steal.percent() {
         figure("snapshot_cpu_steal", Value::Percent(pct), "%");
     }
