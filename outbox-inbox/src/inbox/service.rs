@@ -38,6 +38,24 @@ pub struct InboxService<S> {
     pub(super) persistent: bool,
 }
 
+/// [`Error::InvalidBatch`] unless the events have distinct ids and distinct entities (across
+/// tenants too: checked before anything is written anywhere).
+fn check_distinct(events: &[Event]) -> Result<()> {
+    let mut ids = std::collections::HashSet::with_capacity(events.len());
+    let mut keys = std::collections::HashSet::with_capacity(events.len());
+    for event in events {
+        if !ids.insert(event.id) {
+            return Err(Error::InvalidBatch("event id"));
+        }
+        if let Some(entity) = &event.entity
+            && !keys.insert(entity.key.as_str())
+        {
+            return Err(Error::InvalidBatch("entity"));
+        }
+    }
+    Ok(())
+}
+
 /// Turns whatever the handler stack returned into the inbox's error.
 fn handler_error<E: Into<tower::BoxError>>(e: E) -> Error {
     let e: tower::BoxError = e.into();
@@ -210,6 +228,7 @@ where
     /// error, or the first handler failure.
     #[tracing::instrument(name = "inbox.handle_batch", skip_all, fields(consumer = &*self.consumer, events = events.len()))]
     pub async fn call_batch(&self, events: Vec<Event>) -> Result<Vec<Outcome>> {
+        check_distinct(&events)?;
         if self.tenants().is_none() {
             return self.call_batch_in_one(events).await;
         }
@@ -232,23 +251,11 @@ where
                 outcomes[i] = Some(outcome);
             }
         }
-        Ok(outcomes.into_iter().flatten().collect())
+        Ok(outcomes.into_iter().map(|o| o.expect("every position of the batch has its tenant's outcome")).collect())
     }
 
-    /// [`InboxService::call_batch`] in the one database of this inbox.
+    /// [`InboxService::call_batch`] in the one database of this inbox, on a checked batch.
     async fn call_batch_in_one(&self, events: Vec<Event>) -> Result<Vec<Outcome>> {
-        let mut ids = std::collections::HashSet::with_capacity(events.len());
-        let mut keys = std::collections::HashSet::with_capacity(events.len());
-        for event in &events {
-            if !ids.insert(event.id) {
-                return Err(Error::InvalidBatch("event id"));
-            }
-            if let Some(entity) = &event.entity
-                && !keys.insert(entity.key.as_str())
-            {
-                return Err(Error::InvalidBatch("entity"));
-            }
-        }
         let (consumer, scope) = (&*self.consumer, self.scope());
         let mut inner = self.inner.clone();
         let initial: Vec<i64> = events.iter().map(|e| self.initial_seq(e)).collect();

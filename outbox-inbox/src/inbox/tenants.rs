@@ -170,9 +170,12 @@ impl Tenants {
     }
 }
 
-/// A name from a delivery as an error quotes it: at most 64 characters, control characters out.
+/// A name from a delivery as an error quotes it: at most 64 characters, each a letter, a digit
+/// or one of `-_.:@`, any other shown as `?` (no control, bidi or quoting character reaches a log
+/// line or a dead letter's detail).
 fn quoted(name: &str) -> String {
-    name.chars().filter(|c| !c.is_control()).take(QUOTED_NAME).collect()
+    let plain = |c: char| c.is_alphanumeric() || "-_.:@".contains(c);
+    name.chars().take(QUOTED_NAME).map(|c| if plain(c) { c } else { '?' }).collect()
 }
 
 /// Where an inbox keeps its records: one database, or one per tenant.
@@ -216,6 +219,8 @@ mod tests {
         let tenants = Tenants::by_header("tenant").tenant("acme", pool());
         let (name, _) = tenants.resolve(&event("o-1", Some(HeaderValue::String("acme".into())))).expect("acme");
         assert_eq!(&*name, "acme");
+        let odd = why(tenants.resolve(&event("o-1", Some(HeaderValue::String("a`b\u{202e}c\n".into())))));
+        assert_eq!(odd, "tenant `a?b?c?` is not listed");
         let long = "x".repeat(500);
         let unlisted = why(tenants.resolve(&event("o-1", Some(HeaderValue::String(long)))));
         assert_eq!(unlisted, format!("tenant `{}` is not listed", "x".repeat(64)));

@@ -135,9 +135,12 @@ where
     async fn finish(&self, delivery: Delivery, verdict: Verdict, dead_letters: &DeadLetters) -> Result<()> {
         match verdict {
             Verdict::Ack => self.ack(std::slice::from_ref(&delivery)).await?,
-            Verdict::Requeue(delay) => {
+            // Waits apart: the batch's permit and its entities are free meanwhile (an entity's next
+            // event parks until this one is back and applied), so that a failure that lasts (a
+            // tenant's database down) holds up nothing else.
+            Verdict::Requeue(delay) => drop(tokio::spawn(async move {
                 let _ = delivery.requeue_after(delay).await;
-            }
+            })),
             Verdict::DeadLetter { reason, detail } => self.dead_letter(delivery, dead_letters, reason, &detail).await,
         }
         Ok(())
@@ -177,8 +180,14 @@ where
                 Ok(Verdict::Requeue(delay))
             }
             RetryDecision::Quarantine(reason) => {
+                // Recorded as failed first, so that the entity's later events park behind it; if
+                // that fails too (its database still down), the delivery comes back later.
+                if let Err(not_recorded) = self.service.record_failed(event, e).await {
+                    let delay = self.settings.retry.delay_bound(attempts);
+                    tracing::warn!(event_id = %id, error = %not_recorded, delay_ms = delay.as_millis() as u64, "inbox could not record a failure; retrying later");
+                    return Ok(Verdict::Requeue(delay));
+                }
                 self.forget(id);
-                self.service.record_failed(event, e).await?;
                 Ok(Verdict::DeadLetter { reason: "attempts_exhausted", detail: format!("{e}; {reason}") })
             }
         }

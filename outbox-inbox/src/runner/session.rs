@@ -60,8 +60,10 @@ where
         let mut schedule = Schedule::default();
         // The entities each batch in hand holds, by task.
         let mut holding: HashMap<tokio::task::Id, Vec<String>> = HashMap::new();
-        let mut sweep = tokio::time::interval(self.settings.sweep_interval);
-        sweep.tick().await;
+        // The sweep runs beside the deliveries (a multi-tenant inbox's sweep may wait on a tenant's
+        // database that is down); it ends with the session, when the set is dropped.
+        let mut sweeper = JoinSet::new();
+        sweeper.spawn(self.clone().sweep_every());
         loop {
             while !schedule.is_empty() {
                 let Ok(permit) = permits.clone().try_acquire_owned() else { break };
@@ -74,7 +76,6 @@ where
             }
             tokio::select! {
                 () = &mut *shutdown => return Ok(true),
-                _ = sweep.tick() => self.sweep().await,
                 Some(done) = tasks.join_next_with_id(), if !tasks.is_empty() => {
                     let id = match &done {
                         Ok((id, _)) => *id,
@@ -126,11 +127,18 @@ where
             .id()
     }
 
-    async fn sweep(&self) {
-        match self.service.sweep_parked().await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(applied = n, "inbox applied parked events by sweep"),
-            Err(e) => tracing::warn!(error = %e, "inbox sweep failed"),
+    /// Sweeps parked events every `sweep_interval`, until aborted.
+    async fn sweep_every(self: Arc<Self>) {
+        let mut sweep = tokio::time::interval(self.settings.sweep_interval);
+        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        sweep.tick().await;
+        loop {
+            sweep.tick().await;
+            match self.service.sweep_parked().await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(applied = n, "inbox applied parked events by sweep"),
+                Err(e) => tracing::warn!(error = %e, "inbox sweep failed"),
+            }
         }
     }
 
