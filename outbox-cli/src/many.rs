@@ -3,6 +3,7 @@
 //! status that says whether any failed.
 
 use std::future::Future;
+use std::time::Duration;
 
 use futures::StreamExt;
 use outbox_relayer::fleet::FleetDatabase;
@@ -18,8 +19,14 @@ pub(crate) struct Outcome<T> {
     pub(crate) result: Result<T, String>,
 }
 
-/// Runs `work` on every database, [`AT_ONCE`] at a time; the outcomes in the order listed.
-pub(crate) async fn each<T, F, Fut>(databases: Vec<FleetDatabase>, work: F) -> Vec<Outcome<T>>
+/// Runs `work` on every database, [`AT_ONCE`] at a time; the outcomes in the order listed. With a
+/// `deadline`, a database whose work takes longer fails with a line saying so (a table locked by
+/// another session would otherwise hold the command, and every other database's line, for ever).
+pub(crate) async fn each<T, F, Fut>(
+    databases: Vec<FleetDatabase>,
+    deadline: Option<Duration>,
+    work: F,
+) -> Vec<Outcome<T>>
 where
     F: Fn(FleetDatabase) -> Fut,
     Fut: Future<Output = Result<T, CliError>>,
@@ -28,11 +35,26 @@ where
         .map(|database| {
             let name = database.name().to_owned();
             let done = work(database);
-            async move { Outcome { name, result: done.await.map_err(|e| e.to_string()) } }
+            async move {
+                let result = match deadline {
+                    None => done.await.map_err(|e| e.to_string()),
+                    Some(d) => match tokio::time::timeout(d, done).await {
+                        Ok(done) => done.map_err(|e| e.to_string()),
+                        Err(_) => Err(format!("no answer within {} s (a lock held on its tables?)", d.as_secs())),
+                    },
+                };
+                Outcome { name, result }
+            }
         })
         .buffered(AT_ONCE)
         .collect()
         .await
+}
+
+/// The deadline of a database's reading: the connection's timeout and 10 s for the queries,
+/// which are index-served and take milliseconds when nothing blocks them.
+pub(crate) fn reading_deadline(connect_timeout: Duration) -> Option<Duration> {
+    Some(connect_timeout + Duration::from_secs(10))
 }
 
 /// `Ok` if every database's work succeeded, else [`CliError::DatabasesFailed`] counting the

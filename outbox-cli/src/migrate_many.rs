@@ -20,7 +20,8 @@ pub(crate) async fn run(
     outbox_only: bool,
     inbox_only: bool,
 ) -> Result<(), CliError> {
-    let outcomes = each(databases, |database| async move {
+    // No deadline: a migration of a big table may take long, and waits for its locks by design.
+    let outcomes = each(databases, None, |database| async move {
         // A plain connection first: if the database cannot be reached, it says why.
         let options = database.connect_options().clone();
         drop(crate::connect::within(&options, timeout).await?);

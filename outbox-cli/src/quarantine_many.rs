@@ -11,7 +11,7 @@ use outbox_types::FailureKind;
 use serde_json::{Value, json};
 
 use crate::error::CliError;
-use crate::many::{Outcome, each, verdict};
+use crate::many::{Outcome, each, reading_deadline, verdict};
 use crate::quarantine::{table, to_json};
 
 /// Lists every database's quarantined events (at most `limit` each, of `kind` if given).
@@ -26,7 +26,7 @@ pub(crate) async fn run(
     json: bool,
 ) -> Result<(), CliError> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let outcomes = each(databases, |database| async move {
+    let outcomes = each(databases, reading_deadline(timeout), |database| async move {
         let pool = crate::schema::outbox_pool(database.connect_options().clone(), timeout).await?;
         let events = admin::list_quarantined_of(&pool, kind, limit).await;
         pool.close().await;

@@ -10,7 +10,7 @@ use outbox_relayer::fleet::FleetDatabase;
 use serde_json::{Value, json};
 
 use crate::error::CliError;
-use crate::many::{Outcome, each, name_width, verdict};
+use crate::many::{Outcome, each, name_width, reading_deadline, verdict};
 
 /// What one database answered.
 type Row = Outcome<(Backlog, Activity)>;
@@ -20,7 +20,8 @@ type Row = Outcome<(Backlog, Activity)>;
 /// # Errors
 /// [`CliError::DatabasesFailed`] if any database could not be read (after printing all of them).
 pub(crate) async fn run(databases: Vec<FleetDatabase>, timeout: Duration, json: bool) -> Result<(), CliError> {
-    let rows = each(databases, |database| async move { read_one(&database, timeout).await }).await;
+    let rows =
+        each(databases, reading_deadline(timeout), |database| async move { read_one(&database, timeout).await }).await;
     if json {
         println!("{}", to_json(&rows));
     } else {

@@ -124,3 +124,25 @@ async fn quarantine_list_over_many_databases_lists_each_under_its_name_with_the_
         db.close().await.expect("drop");
     }
 }
+
+/// A database whose outbox table another session holds locked: `status` over the list gives it a
+/// line saying it did not answer in time, and prints the others', instead of waiting for ever.
+#[tokio::test]
+async fn status_over_many_databases_does_not_wait_for_ever_on_a_locked_database() {
+    let (free, locked) = (TestDb::new().await.expect("db"), TestDb::new().await.expect("db"));
+    let mut locker = locked.pool().begin().await.expect("begin");
+    sqlx::query("LOCK TABLE outbox_events IN ACCESS EXCLUSIVE MODE").execute(&mut *locker).await.expect("lock");
+    let (dir, file) = list_file(&[("tenant-a", free.url()), ("tenant-b", locked.url())]);
+    let started = std::time::Instant::now();
+    let out = support::output(&free.url(), &["status", "--databases-file", &file, "--connect-timeout-secs", "1"]).await;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("tenant-a") && !l.contains("cannot")), "{text}");
+    let b = text.lines().find(|l| l.starts_with("tenant-b")).unwrap_or_else(|| panic!("{text}"));
+    assert!(b.contains("no answer within 11 s (a lock held on its tables?)"), "{text}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(60), "the command waited {:?}", started.elapsed());
+    locker.rollback().await.expect("unlock");
+    let _ = std::fs::remove_dir_all(&dir);
+    free.close().await.expect("drop");
+    locked.close().await.expect("drop");
+}
