@@ -285,6 +285,7 @@ impl Cli {
             Command::Relay(relay) => relay.fleet.is_fleet(),
             Command::Status { list, .. } | Command::Migrate { list, .. } => list.is_given(),
             Command::Quarantine { command: QuarantineCommand::List { list, .. } } => list.is_given(),
+            Command::Cleanup(args) => args.list.is_given(),
             _ => false,
         };
         if many && given {

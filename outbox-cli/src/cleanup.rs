@@ -31,6 +31,20 @@ WHERE status = 'published' AND published_at < now() - make_interval(secs => $1)
 /// # Errors
 /// A database error; the batches before it stay deleted.
 pub(crate) async fn run(pool: &PgPool, args: CleanupArgs) -> Result<(), CliError> {
+    let summary = clean(pool, &args).await?;
+    if args.json {
+        println!("{summary}");
+    }
+    Ok(())
+}
+
+/// Cleans one database: prints the text lines (unless `--json`) and returns the summary `--json`
+/// prints: with `--dry-run`, what would go (`outbox_rows`, `inbox_ids`, `payloads_to_scrub`); else
+/// what went (`outbox`, `inbox`, `scrubbed_payloads`).
+///
+/// # Errors
+/// A database error; the batches before it stay deleted.
+pub(crate) async fn clean(pool: &PgPool, args: &CleanupArgs) -> Result<serde_json::Value, CliError> {
     let (published, skipped): (i64, i64) =
         sqlx::query_as(OUTBOX_PRUNABLE).bind(args.older_than.as_secs_f64()).fetch_one(pool).await?;
     let outbox_rows = published + if args.include_skipped { skipped } else { 0 };
@@ -49,22 +63,19 @@ pub(crate) async fn run(pool: &PgPool, args: CleanupArgs) -> Result<(), CliError
         _ => None,
     };
     if args.dry_run {
-        if args.json {
-            let inbox_rows = inbox.as_ref().map(|(_, _, n)| *n);
-            let v = serde_json::json!({
-                "dry_run": true, "outbox_rows": outbox_rows, "inbox_ids": inbox_rows, "payloads_to_scrub": scrubbable
-            });
-            println!("{v}");
-            return Ok(());
+        let inbox_rows = inbox.as_ref().map(|(_, _, n)| *n);
+        if !args.json {
+            if let Some(n) = scrubbable {
+                println!("would scrub the payload of {n} published row(s)");
+            }
+            println!("would delete {outbox_rows} outbox row(s)");
+            if let Some((consumer, _, n)) = &inbox {
+                println!("would delete {n} processed event id(s) of {consumer}");
+            }
         }
-        if let Some(n) = scrubbable {
-            println!("would scrub the payload of {n} published row(s)");
-        }
-        println!("would delete {outbox_rows} outbox row(s)");
-        if let Some((consumer, _, n)) = &inbox {
-            println!("would delete {n} processed event id(s) of {consumer}");
-        }
-        return Ok(());
+        return Ok(serde_json::json!({
+            "dry_run": true, "outbox_rows": outbox_rows, "inbox_ids": inbox_rows, "payloads_to_scrub": scrubbable
+        }));
     }
     let batch = i64::try_from(args.batch_size).unwrap_or(i64::MAX);
     let mut retention = Retention::builder(args.older_than).batch_size(batch).include_skipped(args.include_skipped);
@@ -82,14 +93,8 @@ pub(crate) async fn run(pool: &PgPool, args: CleanupArgs) -> Result<(), CliError
         let what = format!("processed event ids of {consumer}");
         inbox_done = Some(report(&what, n, args.json, |p| inbox_ids(pool, &consumer, window, batch, p)).await?);
     }
-    if args.json {
-        let json = |(n, secs): (u64, f64)| serde_json::json!({ "deleted": n, "seconds": secs, "rows_per_s": n as f64 / secs.max(1e-3) });
-        let v = serde_json::json!({
-            "outbox": json(outbox_done), "inbox": inbox_done.map(json), "scrubbed_payloads": scrubbed
-        });
-        println!("{v}");
-    }
-    Ok(())
+    let json = |(n, secs): (u64, f64)| serde_json::json!({ "deleted": n, "seconds": secs, "rows_per_s": n as f64 / secs.max(1e-3) });
+    Ok(serde_json::json!({ "outbox": json(outbox_done), "inbox": inbox_done.map(json), "scrubbed_payloads": scrubbed }))
 }
 
 /// Deletes with `delete`, showing progress against `expected`, then prints the count and rate

@@ -29,6 +29,7 @@
 mod args;
 mod broker;
 mod cleanup;
+mod cleanup_many;
 mod connect;
 mod databases;
 mod error;
@@ -78,6 +79,10 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Migrate { outbox_only, inbox_only, list } if list.is_given() => {
             let (_, databases) = databases::read(&list)?;
             return migrate_many::run(databases, cli.connect_timeout_secs, outbox_only, inbox_only).await;
+        }
+        Command::Cleanup(args) if args.list.is_given() => {
+            let (_, databases) = databases::read(&args.list)?;
+            return cleanup_many::run(databases, cli.connect_timeout_secs, args).await;
         }
         Command::Quarantine { command: QuarantineCommand::List { kind, limit, json, list } } if list.is_given() => {
             let (_, databases) = databases::read(&list)?;

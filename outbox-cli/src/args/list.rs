@@ -1,7 +1,7 @@
 //! `--database NAME=URL` and `--databases-file`: the flags of a command over many databases.
 
-/// Many databases by name: for `outbox relay`, `status`, `migrate` and `quarantine list` (see
-/// docs/many-databases.md).
+/// Many databases by name: for `outbox relay`, `status`, `migrate`, `quarantine list` and
+/// `cleanup` (see docs/many-databases.md).
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct DatabaseList {
     /// A database among many: `NAME=URL` (repeat the flag). NAME (letters, digits, `_`, `-`, `.`)

@@ -192,6 +192,10 @@ pub(crate) struct CleanupArgs {
     /// One JSON object on standard output at the end (progress stays on standard error).
     #[arg(long)]
     pub(crate) json: bool,
+    /// Many databases: each cleaned in turn under its name, and the total (in place of
+    /// --database-url).
+    #[command(flatten)]
+    pub(crate) list: super::list::DatabaseList,
 }
 
 /// An age such as `90s`, `30m`, `12h` or `7d`: a positive number and a unit, from 1 s to 10 years.

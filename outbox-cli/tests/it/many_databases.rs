@@ -146,3 +146,62 @@ async fn status_over_many_databases_does_not_wait_for_ever_on_a_locked_database(
     free.close().await.expect("drop");
     locked.close().await.expect("drop");
 }
+
+/// Commits `n` events in `db` and marks them published `days` ago.
+async fn published(db: &TestDb, n: usize, days: i32) {
+    let outbox = outbox_producer::Outbox::new();
+    let mut tx = db.pool().begin().await.expect("begin");
+    let events = (0..n)
+        .map(|i| outbox_types::NewEvent::json("order.changed", &i).expect("json").entity(format!("o-{days}-{i}")));
+    let ids: Vec<uuid::Uuid> =
+        outbox.enqueue_many(&mut *tx, events).await.expect("enqueue").into_iter().map(|id| *id.as_uuid()).collect();
+    tx.commit().await.expect("commit");
+    sqlx::query("UPDATE outbox_events SET status = 'published', published_at = now() - make_interval(days => $1) WHERE id = ANY($2)")
+        .bind(days)
+        .bind(ids)
+        .execute(db.pool())
+        .await
+        .expect("published");
+}
+
+#[tokio::test]
+async fn cleanup_over_many_databases_cleans_each_and_counts_the_total() {
+    let (a, b, bare) =
+        (TestDb::new().await.expect("db"), TestDb::new().await.expect("db"), TestDb::empty().await.expect("db"));
+    published(&a, 5, 10).await;
+    published(&a, 2, 1).await;
+    published(&b, 3, 10).await;
+    let (dir, file) =
+        list_file(&[("tenant-a", with_password(&a.url())), ("tenant-b", b.url()), ("tenant-c", bare.url())]);
+    let args = ["cleanup", "--older-than", "7d", "--databases-file", &file];
+
+    let dry = support::output(&a.url(), &[&args[..], &["--dry-run", "--json"]].concat()).await;
+    let json: serde_json::Value = serde_json::from_slice(&dry.stdout).expect("JSON");
+    assert_eq!(json["total_outbox_rows"], 8, "{json}");
+    assert_eq!(json["databases"][0]["summary"]["outbox_rows"], 5, "{json}");
+    assert!(json["databases"][2]["error"].as_str().is_some_and(|e| e.contains("outbox migrate")), "{json}");
+
+    let out = support::output(&a.url(), &args).await;
+    let (text, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{text}{stderr}");
+    let sections: Vec<&str> = text.lines().filter(|l| l.starts_with("== ")).collect();
+    assert_eq!(sections, ["== tenant-a", "== tenant-b", "== tenant-c"], "{text}");
+    assert!(text.contains("deleted 5 outbox rows in") && text.contains("deleted 3 outbox rows in"), "{text}");
+    assert!(
+        text.contains("not cleaned: ") && text.ends_with("total: deleted 8 outbox row(s) in 2 of 3 databases\n"),
+        "{text}"
+    );
+    assert!(stderr.contains("1 of 3 databases could not be cleaned"), "{stderr}");
+    assert!(!text.contains("hunter2") && !stderr.contains("hunter2"), "a password shown:\n{text}\n{stderr}");
+    let left = |db: &TestDb| {
+        let pool = db.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM outbox_events").fetch_one(&pool).await.expect("count")
+        }
+    };
+    assert_eq!((left(&a).await, left(&b).await), (2, 0), "the old rows went, the young stayed");
+    let _ = std::fs::remove_dir_all(&dir);
+    for db in [a, b, bare] {
+        db.close().await.expect("drop");
+    }
+}
