@@ -179,6 +179,12 @@ async fn grant(databases: &Databases) {
     assert!(status.success(), "outbox grant: {lines:#?}");
 }
 
+/// The sample `name` on the `/metrics` page of the process serving `port`.
+async fn failing(port: u16, name: &str) -> Option<f64> {
+    let (_, page) = http_get(port, "/metrics").await?;
+    sample(&page, name)
+}
+
 /// How many databases the process serving `port` relays, once it saw `members` processes.
 async fn relayed(port: u16, members: f64) -> Option<u64> {
     let (_, page) = http_get(port, "/metrics").await?;
@@ -292,6 +298,17 @@ async fn fleet(load: Load) {
         stuck.iter().all(|id| !recorder.ids().contains(id)),
         "nothing of the unreachable, locked or unprivileged databases went out while they were"
     );
+    // Each faulty database is reported failing by the process that relays it: the locked one too,
+    // once its claims give up waiting for the lock.
+    for i in FAULTY {
+        let name = format!("outbox_fleet_database_failing{{database=\"tenant-{i}\"}}");
+        wait_for(&format!("tenant-{i} reported failing"), WAIT, || async {
+            let (x, y) = (failing(port_a, &name).await, failing(port_b, &name).await);
+            (x == Some(1.0) || y == Some(1.0)).then_some(())
+        })
+        .await
+        .expect("a faulty database reported");
+    }
 
     // Repaired: the proxy heals, the lock goes, the relay's role gets its privileges (`outbox
     // grant`), the unmigrated database is migrated and gets its events.
@@ -355,6 +372,10 @@ async fn fleet(load: Load) {
         lines.iter().chain(&b_lines).filter(|l| l.contains("WARN") || l.contains("ERROR")).collect();
     let names: Vec<String> = FAULTY.iter().map(|i| format!("\"tenant-{i}\"")).collect();
     for name in &names {
+        assert!(
+            faults.iter().any(|l| l.contains(name.as_str())),
+            "{name} is faulty and no warning says so: {faults:#?}"
+        );
         let first = faults.iter().find(|l| l.contains(name.as_str()));
         eprintln!(
             "fleet: {name}: {} warnings, the first: {first:?}",

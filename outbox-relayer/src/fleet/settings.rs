@@ -19,6 +19,10 @@ pub(super) const FAST_POLL_INTERVAL: Duration = Duration::from_millis(25);
 /// rows for 20 entities), so the claims and records per event, not the broker, set the pace.
 pub(super) const EVENTS_PER_ENTITY: usize = 32;
 
+/// How long a fleet's relay waits for a lock on its database's outbox tables: a table another
+/// session holds locked makes its claims fail and report, instead of waiting unseen.
+pub(super) const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How each database's relay is made from the fleet's defaults.
 pub(super) type Configure<P> = Arc<dyn Fn(RelayBuilder<P>) -> RelayBuilder<P> + Send + Sync>;
 
@@ -58,6 +62,7 @@ pub(super) fn relay_builder<P: Publisher + Clone>(
         .max_connections(settings.connections_per_database)
         .notifications(false)
         .fast_poll_interval(FAST_POLL_INTERVAL)
-        .events_per_entity(EVENTS_PER_ENTITY);
+        .events_per_entity(EVENTS_PER_ENTITY)
+        .lock_timeout(LOCK_TIMEOUT);
     configure(builder)
 }

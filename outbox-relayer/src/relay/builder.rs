@@ -102,6 +102,7 @@ impl<P: Publisher> RelayBuilder<P> {
                 declare_exchange: true,
                 app_id: None,
                 synchronous_commit: false,
+                lock_timeout: None,
                 vacuum_after: Some(defaults::VACUUM_AFTER_ROWS),
                 gauge_interval: Some(defaults::GAUGE_INTERVAL),
                 recheck_passed_rows: defaults::RECHECK_PASSED_ROWS,
@@ -259,6 +260,18 @@ impl<P: Publisher> RelayBuilder<P> {
         self
     }
 
+    /// Sets how long a statement of the relay waits for a lock on the outbox's tables before it
+    /// fails (PostgreSQL's `lock_timeout` on the relay's own connections). A claim that fails so is
+    /// reported like a database that does not answer (a WARN line, the relay's health, a fleet's
+    /// `outbox_fleet_database_failing`) and retried with back-off, instead of waiting unseen while
+    /// another session holds the table (a migration, `VACUUM FULL`). Defaults to none (wait as
+    /// long as the lock is held); a fleet's relays wait 10 s.
+    #[must_use]
+    pub fn lock_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.lock_timeout = Some(timeout.max(Duration::from_millis(1)));
+        self
+    }
+
     /// Sets after how many rows this relay marked published it vacuums the outbox table
     /// (`VACUUM (SKIP_LOCKED) outbox_events`, in the background), or `None` to leave that to
     /// autovacuum. Defaults to 100,000 rows.
@@ -409,9 +422,12 @@ impl<P: Publisher> RelayBuilder<P> {
         // The relay's own connections, with the planner settings its claim relies on (see
         // `store::SESSION`).
         let batches = s.full_batches();
-        let mut session = store::SESSION.to_vec();
+        let mut session: Vec<(&str, String)> = store::SESSION.iter().map(|(k, v)| (*k, (*v).to_owned())).collect();
         if !s.synchronous_commit {
-            session.push(("synchronous_commit", "off"));
+            session.push(("synchronous_commit", "off".to_owned()));
+        }
+        if let Some(timeout) = s.lock_timeout {
+            session.push(("lock_timeout", format!("{}ms", timeout.as_millis())));
         }
         let sized = u32::try_from(batches * 2 + 4).unwrap_or(16);
         let pool = sqlx::postgres::PgPoolOptions::new()
@@ -458,7 +474,7 @@ const BOUNDED_ACQUIRE: Duration = Duration::from_secs(10);
 /// statement slower than a second is logged at INFO, not sqlx's WARN: a claim or a recording can
 /// take that long on a busy server, which `outbox_relay_claim_seconds` and
 /// `outbox_relay_record_seconds` measure; it is not a fault.
-fn relay_connect_options(connect: PgConnectOptions, session: Vec<(&str, &str)>) -> PgConnectOptions {
+fn relay_connect_options(connect: PgConnectOptions, session: Vec<(&str, String)>) -> PgConnectOptions {
     use sqlx::ConnectOptions;
     connect.options(session).log_slow_statements(tracing::log::LevelFilter::Info, Duration::from_secs(1))
 }

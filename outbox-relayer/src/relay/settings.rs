@@ -41,6 +41,7 @@ pub(super) struct Settings {
     pub(super) declare_exchange: bool,
     pub(super) app_id: Option<String>,
     pub(super) synchronous_commit: bool,
+    pub(super) lock_timeout: Option<Duration>,
     pub(super) vacuum_after: Option<u64>,
     pub(super) gauge_interval: Option<Duration>,
     pub(super) recheck_passed_rows: Duration,
