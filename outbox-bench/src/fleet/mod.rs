@@ -10,12 +10,14 @@
 //!    healthy databases' rate against the run without them.
 //! 3. **Latency**: 1,000 events/s committed one per transaction, spread evenly over 48 databases,
 //!    from each `COMMIT` to the event's arrival at a consumer. 48, not 50: each database needs a
-//!    producer connection besides the fleet's, and the server's `max_connections` is 100.
+//!    producer connection besides the fleet's, and the server's `max_connections` is 100. Then
+//!    again over 46 with the two faulty databases of phase 2 listed besides.
 //!
 //! Figures: `fleet_drain_<n>_dbs_events_per_s`, `fleet_drain_50_over_1_dbs`,
 //! `fleet_peak_rss_<n>_dbs_mib`, `fleet_rss_per_database_kib`, `fleet_connections_<n>_dbs`,
 //! `fleet_drain_50_dbs_with_2_faulty_events_per_s`, `fleet_drain_faulty_over_healthy`,
-//! `fleet_latency_p50_ms`, `fleet_latency_p99_ms`.
+//! `fleet_latency_p50_ms`, `fleet_latency_p99_ms`, `fleet_latency_with_2_faulty_p50_ms`,
+//! `fleet_latency_with_2_faulty_p99_ms`.
 
 mod databases;
 mod process;
@@ -105,9 +107,12 @@ async fn bench(broker: &TestBroker, plan: Plan) -> Result<(), BoxError> {
     let faulty = drain(&databases, target, plan, DATABASES, Some(stalled.addr())).await?;
     figure("fleet_drain_50_dbs_with_2_faulty_events_per_s", Value::Rate(faulty.rate), "events/s");
     figure("fleet_drain_faulty_over_healthy", Value::Ratio(faulty.rate / fifty.rate), "ratio (target >= 0.9)");
-    let (p50, p99) = latency(&databases, target, plan).await?;
+    let (p50, p99) = latency(&databases, target, plan, None).await?;
     figure("fleet_latency_p50_ms", Value::Millis(p50), "ms");
     figure("fleet_latency_p99_ms", Value::Millis(p99), "ms");
+    let (p50, p99) = latency(&databases, target, plan, Some(stalled.addr())).await?;
+    figure("fleet_latency_with_2_faulty_p50_ms", Value::Millis(p50), "ms");
+    figure("fleet_latency_with_2_faulty_p99_ms", Value::Millis(p99), "ms");
     comment(format_args!("fleet: {}", steal.describe()));
     Ok(())
 }
@@ -183,18 +188,28 @@ async fn drain(
 
 /// 1,000 events/s over [`LATENCY_DATABASES`] databases, one producer connection each; commit to
 /// arrival p50 and p99 in milliseconds.
-async fn latency(databases: &Databases, target: Target<'_>, plan: Plan) -> Result<(f64, f64), BoxError> {
+async fn latency(
+    databases: &Databases,
+    target: Target<'_>,
+    plan: Plan,
+    faults: Option<std::net::SocketAddr>,
+) -> Result<(f64, f64), BoxError> {
     target.purge().await?;
     let arrivals = Arrivals::start(target, u64::MAX, true).await?;
-    let list = databases.list(LATENCY_DATABASES)?;
+    // With the two faulty databases listed, two healthy ones fewer: within `max_connections`.
+    let n = if faults.is_some() { LATENCY_DATABASES - 2 } else { LATENCY_DATABASES };
+    let list = match faults {
+        Some(stalled) => databases.list_with_faults(n, stalled)?,
+        None => databases.list(n)?,
+    };
     let list = list.to_str().ok_or("a list path that is not UTF-8")?;
     let args = ["fleet-process", "--databases-file", list, "--exchange", target.exchange];
     let process = Subprocess::spawn("the fleet process", &args, "", target.url).await?;
     // The fleet takes its databases at its second look: wait until every database publishes.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let mut producers = tokio::task::JoinSet::new();
-    let tick = Duration::from_millis(LATENCY_DATABASES as u64);
-    for i in 0..LATENCY_DATABASES {
+    let tick = Duration::from_millis(n as u64);
+    for i in 0..n {
         let options = databases.options(i);
         let (warmup, window) = (plan.warmup, plan.window);
         producers.spawn(async move { produce(options, tick, warmup, window, i).await });
@@ -220,9 +235,9 @@ async fn latency(databases: &Databases, target: Target<'_>, plan: Plan) -> Resul
     latencies.sort_by(f64::total_cmp);
     let measured = commits.iter().filter(|c| c.2).count();
     comment(format_args!(
-        "fleet latency: {measured} events committed in {:?} over {LATENCY_DATABASES} databases ({:.0} events/s), \
-         {} arrived",
+        "fleet latency: {measured} events committed in {:?} over {n} databases{} ({:.0} events/s), {} arrived",
         plan.window,
+        if faults.is_some() { " and 2 faulty ones listed" } else { "" },
         measured as f64 / plan.window.as_secs_f64(),
         latencies.len()
     ));
