@@ -64,7 +64,17 @@ where
     /// delivery order; a delivery that repeats an id or an entity goes to a later batch), each
     /// batch that fails is applied one delivery at a time, and then every delivery is acked,
     /// requeued or dead-lettered.
-    pub(super) async fn handle_batch(&self, deliveries: Vec<Delivery>, dead_letters: &DeadLetters) -> Result<()> {
+    ///
+    /// `permit`, the batch's share of the runner's concurrency, is given back once the database
+    /// work is done: acks, dead letters and the waits of deliveries to requeue (a transient
+    /// failure's back-off) go on without it, so that failures that last (a tenant's database down)
+    /// do not take every slot while they wait.
+    pub(super) async fn handle_batch(
+        &self,
+        deliveries: Vec<Delivery>,
+        dead_letters: &DeadLetters,
+        permit: tokio::sync::OwnedSemaphorePermit,
+    ) -> Result<()> {
         let mut verdicts: Vec<Option<Verdict>> = deliveries.iter().map(|_| None).collect();
         let mut events = Vec::new();
         for (i, delivery) in deliveries.iter().enumerate() {
@@ -81,6 +91,7 @@ where
         for group in distinct_groups(events) {
             self.apply_group(group, &mut verdicts).await?;
         }
+        drop(permit);
         let (acked, others): (Vec<_>, Vec<_>) = deliveries
             .into_iter()
             .zip(verdicts)
@@ -135,12 +146,11 @@ where
     async fn finish(&self, delivery: Delivery, verdict: Verdict, dead_letters: &DeadLetters) -> Result<()> {
         match verdict {
             Verdict::Ack => self.ack(std::slice::from_ref(&delivery)).await?,
-            // Waits apart: the batch's permit and its entities are free meanwhile (an entity's next
-            // event parks until this one is back and applied), so that a failure that lasts (a
-            // tenant's database down) holds up nothing else.
-            Verdict::Requeue(delay) => drop(tokio::spawn(async move {
+            // The wait keeps the entity in hand (its next event cannot overtake this one), not
+            // the batch's permit: see `handle_batch`.
+            Verdict::Requeue(delay) => {
                 let _ = delivery.requeue_after(delay).await;
-            })),
+            }
             Verdict::DeadLetter { reason, detail } => self.dead_letter(delivery, dead_letters, reason, &detail).await,
         }
         Ok(())
@@ -181,11 +191,19 @@ where
             }
             RetryDecision::Quarantine(reason) => {
                 // Recorded as failed first, so that the entity's later events park behind it; if
-                // that fails too (its database still down), the delivery comes back later.
-                if let Err(not_recorded) = self.service.record_failed(event, e).await {
-                    let delay = self.settings.retry.delay_bound(attempts);
-                    tracing::warn!(event_id = %id, error = %not_recorded, delay_ms = delay.as_millis() as u64, "inbox could not record a failure; retrying later");
-                    return Ok(Verdict::Requeue(delay));
+                // that fails for a passing reason (its database still down), the delivery comes
+                // back later; for good, it is dead-lettered all the same.
+                match self.service.record_failed(event, e).await {
+                    Ok(()) => {}
+                    Err(not_recorded) if not_recorded.is_retryable() => {
+                        let delay = self.settings.retry.delay_bound(attempts);
+                        Counters::bump(&self.counters.retried);
+                        tracing::warn!(event_id = %id, error = %not_recorded, delay_ms = delay.as_millis() as u64, "inbox could not record a failure; retrying later");
+                        return Ok(Verdict::Requeue(delay));
+                    }
+                    Err(not_recorded) => {
+                        tracing::warn!(event_id = %id, error = %not_recorded, "inbox could not record a failure; dead-lettered without its record");
+                    }
                 }
                 self.forget(id);
                 Ok(Verdict::DeadLetter { reason: "attempts_exhausted", detail: format!("{e}; {reason}") })

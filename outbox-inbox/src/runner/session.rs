@@ -38,8 +38,18 @@ where
         tracing::info!(queues = ?self.settings.queues, "inbox runner consuming");
         let mut tasks = Tasks::new();
         self.consuming.store(true, Ordering::Relaxed);
-        // On an error (a crash point) the subscription is dropped with nothing else acked.
+        // The sweep runs beside the deliveries (a multi-tenant inbox's sweep may wait on a
+        // tenant's database that is down); a sweep under way when the session ends finishes within
+        // the shutdown deadline, so that no handler is cut short by it.
+        let (stop_sweep, stopped) = tokio::sync::watch::channel(false);
+        let mut sweeper = tokio::spawn(self.clone().sweep_every(stopped));
+        // On an error (a crash point) the subscription is dropped with nothing else acked, and the
+        // sweep stops at once, as if the process had died.
         let consumed = self.consume(&mut subscription, &mut tasks, shutdown).await;
+        let _ = stop_sweep.send(true);
+        if consumed.is_err() || tokio::time::timeout(self.settings.shutdown_deadline, &mut sweeper).await.is_err() {
+            sweeper.abort();
+        }
         self.consuming.store(false, Ordering::Relaxed);
         let graceful = consumed?;
         if graceful {
@@ -60,10 +70,6 @@ where
         let mut schedule = Schedule::default();
         // The entities each batch in hand holds, by task.
         let mut holding: HashMap<tokio::task::Id, Vec<String>> = HashMap::new();
-        // The sweep runs beside the deliveries (a multi-tenant inbox's sweep may wait on a tenant's
-        // database that is down); it ends with the session, when the set is dropped.
-        let mut sweeper = JoinSet::new();
-        sweeper.spawn(self.clone().sweep_every());
         loop {
             while !schedule.is_empty() {
                 let Ok(permit) = permits.clone().try_acquire_owned() else { break };
@@ -118,22 +124,23 @@ where
     ) -> tokio::task::Id {
         let this = self.clone();
         let dead_letters = subscription.dead_letters();
-        tasks
-            .spawn(async move {
-                let r = this.handle_batch(batch, &dead_letters).await;
-                drop(permit);
-                r
-            })
-            .id()
+        tasks.spawn(async move { this.handle_batch(batch, &dead_letters, permit).await }).id()
     }
 
-    /// Sweeps parked events every `sweep_interval`, until aborted.
-    async fn sweep_every(self: Arc<Self>) {
+    /// Sweeps parked events every `sweep_interval` until `stopped` turns true (a sweep under way
+    /// finishes first).
+    async fn sweep_every(self: Arc<Self>, mut stopped: tokio::sync::watch::Receiver<bool>) {
         let mut sweep = tokio::time::interval(self.settings.sweep_interval);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         sweep.tick().await;
         loop {
-            sweep.tick().await;
+            tokio::select! {
+                _ = sweep.tick() => {}
+                _ = stopped.changed() => return,
+            }
+            if *stopped.borrow() {
+                return;
+            }
             match self.service.sweep_parked().await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(applied = n, "inbox applied parked events by sweep"),

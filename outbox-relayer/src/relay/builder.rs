@@ -268,7 +268,9 @@ impl<P: Publisher> RelayBuilder<P> {
     /// long as the lock is held); a fleet's relays wait 10 s.
     #[must_use]
     pub fn lock_timeout(mut self, timeout: Duration) -> Self {
-        self.settings.lock_timeout = Some(timeout.max(Duration::from_millis(1)));
+        // PostgreSQL takes milliseconds in an `int`, and reads 0 as no timeout.
+        self.settings.lock_timeout =
+            Some(timeout.clamp(Duration::from_millis(1), Duration::from_millis(i32::MAX as u64)));
         self
     }
 
