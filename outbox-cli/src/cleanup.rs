@@ -26,6 +26,24 @@ SELECT count(*) FROM outbox_events
 WHERE status = 'published' AND published_at < now() - make_interval(secs => $1)
   AND published_at >= now() - make_interval(secs => $2) AND payload_scrubbed_at IS NULL";
 
+/// A pool over the database of `options` for `args`: it answers within `timeout` and holds the
+/// outbox tables, and the inbox's too with `--inbox`.
+///
+/// # Errors
+/// The connection's failure, or tables missing.
+pub(crate) async fn open(
+    options: sqlx::postgres::PgConnectOptions,
+    timeout: Duration,
+    args: &CleanupArgs,
+) -> Result<PgPool, CliError> {
+    let pool = crate::schema::outbox_pool(options, timeout).await?;
+    if args.inbox.is_some() {
+        let mut conn = pool.acquire().await?;
+        crate::schema::check_inbox(&mut conn).await?;
+    }
+    Ok(pool)
+}
+
 /// Runs `outbox cleanup`.
 ///
 /// # Errors

@@ -37,14 +37,8 @@ pub(crate) async fn run(databases: Vec<FleetDatabase>, timeout: Duration, args: 
 }
 
 async fn clean_one(database: &FleetDatabase, timeout: Duration, args: &CleanupArgs) -> Result<Value, CliError> {
-    let pool = crate::schema::outbox_pool(database.connect_options().clone(), timeout).await?;
-    let outcome = async {
-        if args.inbox.is_some() {
-            crate::schema::check_inbox(&mut *pool.acquire().await?).await?;
-        }
-        crate::cleanup::clean(&pool, args).await
-    }
-    .await;
+    let pool = crate::cleanup::open(database.connect_options().clone(), timeout, args).await?;
+    let outcome = crate::cleanup::clean(&pool, args).await;
     pool.close().await;
     outcome
 }

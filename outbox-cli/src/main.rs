@@ -94,13 +94,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
     let timeout = cli.connect_timeout_secs;
     match command {
         Command::Migrate { outbox_only, inbox_only, .. } => {
-            // A plain connection first: if the database cannot be reached, it says why.
-            let conn = connect::within(&options, timeout).await?;
-            drop(conn);
-            let pool = connect::pool(options, timeout);
-            let outcome = migrate::run(&pool, outbox_only, inbox_only).await;
-            pool.close().await;
-            outcome
+            migrate::run(options, timeout, outbox_only, inbox_only).await
         }
         Command::Status { json, .. } => {
             let conn = connect::within(&options, timeout).await?;
@@ -123,11 +117,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             outcome
         }
         Command::Cleanup(args) => {
-            let pool = schema::outbox_pool(options, timeout).await?;
-            if args.inbox.is_some() {
-                let mut conn = pool.acquire().await?;
-                schema::check_inbox(&mut conn).await?;
-            }
+            let pool = cleanup::open(options, timeout, &args).await?;
             let outcome = cleanup::run(&pool, args).await;
             pool.close().await;
             outcome

@@ -9,8 +9,13 @@ use crate::error::CliError;
 ///
 /// # Errors
 /// The first migration that fails.
-pub(crate) async fn run(pool: &PgPool, outbox_only: bool, inbox_only: bool) -> Result<(), CliError> {
-    apply(pool, outbox_only, inbox_only).await?;
+pub(crate) async fn run(
+    options: sqlx::postgres::PgConnectOptions,
+    timeout: std::time::Duration,
+    outbox_only: bool,
+    inbox_only: bool,
+) -> Result<(), CliError> {
+    database(options, timeout, outbox_only, inbox_only).await?;
     if !inbox_only {
         tracing::info!("outbox tables are up to date");
     }
@@ -20,11 +25,27 @@ pub(crate) async fn run(pool: &PgPool, outbox_only: bool, inbox_only: bool) -> R
     Ok(())
 }
 
-/// [`run`] without the log lines (over many databases, each has a line of output instead).
+/// Migrates the database of `options` as [`run`] does, without the log lines (over many
+/// databases, each has a line of output instead): a plain connection first, so that a database
+/// that cannot be reached says why, then a pool closed at the end.
 ///
 /// # Errors
-/// The first migration that fails.
-pub(crate) async fn apply(pool: &PgPool, outbox_only: bool, inbox_only: bool) -> Result<(), CliError> {
+/// The connection's failure, or the first migration that fails.
+pub(crate) async fn database(
+    options: sqlx::postgres::PgConnectOptions,
+    timeout: std::time::Duration,
+    outbox_only: bool,
+    inbox_only: bool,
+) -> Result<(), CliError> {
+    drop(crate::connect::within(&options, timeout).await?);
+    let pool = crate::connect::pool(options, timeout);
+    let outcome = apply(&pool, outbox_only, inbox_only).await;
+    pool.close().await;
+    outcome
+}
+
+/// Applies the migrations [`run`] applies, without the log lines.
+async fn apply(pool: &PgPool, outbox_only: bool, inbox_only: bool) -> Result<(), CliError> {
     if !inbox_only {
         outbox_producer::migrate(pool).await?;
     }

@@ -22,13 +22,7 @@ pub(crate) async fn run(
 ) -> Result<(), CliError> {
     // No deadline: a migration of a big table may take long, and waits for its locks by design.
     let outcomes = each(databases, None, |database| async move {
-        // A plain connection first: if the database cannot be reached, it says why.
-        let options = database.connect_options().clone();
-        drop(crate::connect::within(&options, timeout).await?);
-        let pool = crate::connect::pool(options, timeout);
-        let outcome = crate::migrate::apply(&pool, outbox_only, inbox_only).await;
-        pool.close().await;
-        outcome
+        crate::migrate::database(database.connect_options().clone(), timeout, outbox_only, inbox_only).await
     })
     .await;
     print!("{}", to_text(&outcomes));

@@ -63,20 +63,26 @@ async fn migrate_over_many_databases_migrates_each_and_names_the_one_it_could_no
     b.close().await.expect("drop");
 }
 
-/// Quarantines the first `n` events of `n` entities of `db`, with the reason `reason`.
-async fn quarantine(db: &TestDb, n: usize, reason: &str) {
+/// Commits `n` events of `n` entities `<prefix>-<i>` in `db`; their ids.
+async fn enqueue(db: &TestDb, n: usize, prefix: &str) -> Vec<uuid::Uuid> {
     let outbox = outbox_producer::Outbox::new();
     let mut tx = db.pool().begin().await.expect("begin");
-    for i in 0..n {
-        let event = outbox_types::NewEvent::json("order.changed", &i).expect("json").entity(format!("order-{i}"));
-        outbox.enqueue(&mut *tx, event).await.expect("enqueue");
-    }
+    let events = (0..n)
+        .map(|i| outbox_types::NewEvent::json("order.changed", &i).expect("json").entity(format!("{prefix}-{i}")));
+    let ids = outbox.enqueue_many(&mut *tx, events).await.expect("enqueue");
     tx.commit().await.expect("commit");
+    ids.into_iter().map(|id| *id.as_uuid()).collect()
+}
+
+/// Quarantines `n` events of `n` entities of `db`, with the reason `reason`.
+async fn quarantine(db: &TestDb, n: usize, reason: &str) {
+    let ids = enqueue(db, n, "order").await;
     sqlx::query(
         "UPDATE outbox_events SET status = 'quarantined', quarantined_at = now(), last_error_kind = 'contract',
-         last_error = $1",
+         last_error = $1 WHERE id = ANY($2)",
     )
     .bind(reason)
+    .bind(ids)
     .execute(db.pool())
     .await
     .expect("quarantine");
@@ -149,19 +155,16 @@ async fn status_over_many_databases_does_not_wait_for_ever_on_a_locked_database(
 
 /// Commits `n` events in `db` and marks them published `days` ago.
 async fn published(db: &TestDb, n: usize, days: i32) {
-    let outbox = outbox_producer::Outbox::new();
-    let mut tx = db.pool().begin().await.expect("begin");
-    let events = (0..n)
-        .map(|i| outbox_types::NewEvent::json("order.changed", &i).expect("json").entity(format!("o-{days}-{i}")));
-    let ids: Vec<uuid::Uuid> =
-        outbox.enqueue_many(&mut *tx, events).await.expect("enqueue").into_iter().map(|id| *id.as_uuid()).collect();
-    tx.commit().await.expect("commit");
-    sqlx::query("UPDATE outbox_events SET status = 'published', published_at = now() - make_interval(days => $1) WHERE id = ANY($2)")
-        .bind(days)
-        .bind(ids)
-        .execute(db.pool())
-        .await
-        .expect("published");
+    let ids = enqueue(db, n, &format!("o-{days}")).await;
+    sqlx::query(
+        "UPDATE outbox_events SET status = 'published', published_at = now() - make_interval(days => $1)
+         WHERE id = ANY($2)",
+    )
+    .bind(days)
+    .bind(ids)
+    .execute(db.pool())
+    .await
+    .expect("published");
 }
 
 #[tokio::test]

@@ -335,10 +335,9 @@ where
                 let mut inner = this.inner.clone();
                 let id = event.id;
                 let result = match this.route(&event) {
-                    Ok((tenant, pool)) => {
-                        if let Some(tenant) = tenant {
-                            tracing::Span::current().record("tenant", &*tenant);
-                        }
+                    Ok((None, _)) => this.handle(&mut inner, event).await,
+                    Ok((Some(tenant), pool)) => {
+                        tracing::Span::current().record("tenant", &*tenant);
                         this.with_pool(pool).handle(&mut inner, event).await
                     }
                     Err(e) => Err(e),
