@@ -51,11 +51,15 @@ pub(crate) struct Cli {
     /// line) for a log pipeline.
     #[arg(long, env = "OUTBOX_LOG_FORMAT", value_enum, default_value = "text", global = true)]
     pub(crate) log_format: LogFormat,
+    /// Many databases: every command works on each listed one in turn (in place of
+    /// --database-url) and reports per database and a total.
+    #[command(flatten)]
+    pub(crate) list: DatabaseList,
     #[command(subcommand)]
     pub(crate) command: Command,
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Clone, Subcommand)]
 pub(crate) enum Command {
     /// Create or upgrade the outbox and inbox tables (tracked in `_outbox_migrations` and
     /// `_inbox_migrations`, apart from the application's own `_sqlx_migrations`).
@@ -66,10 +70,6 @@ pub(crate) enum Command {
         /// Only the inbox (consumer) tables.
         #[arg(long)]
         inbox_only: bool,
-        /// Many databases: each migrated in turn, a line each and a count (in place of
-        /// --database-url).
-        #[command(flatten)]
-        list: DatabaseList,
     },
     /// Print the state of the outbox: what waits and since when, what is held or quarantined, what
     /// was published lately, which entities are behind, which relays hold claims, and each inbox
@@ -78,9 +78,6 @@ pub(crate) enum Command {
         /// One JSON object on standard output instead of the table.
         #[arg(long)]
         json: bool,
-        /// Many databases: one row each and a total (in place of --database-url).
-        #[command(flatten)]
-        list: DatabaseList,
     },
     /// Publish committed outbox rows to RabbitMQ until SIGTERM or SIGINT.
     Relay(Box<RelayArgs>),
@@ -247,8 +244,6 @@ pub(crate) struct RelayArgs {
 /// The databases of `outbox relay` when it relays many.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct FleetArgs {
-    #[command(flatten)]
-    pub(crate) list: DatabaseList,
     /// The database (by NAME) in which the relay processes of the fleet find each other; every
     /// process must name the same one. Defaults to the first listed (the first --database, else
     /// the file's first line).
@@ -258,13 +253,6 @@ pub(crate) struct FleetArgs {
     /// unused. 1 to 100.
     #[arg(long, default_value_t = 1, value_parser = RangedU64ValueParser::<u32>::new().range(1..=100))]
     pub(crate) connections_per_database: u32,
-}
-
-impl FleetArgs {
-    /// Whether the relay relays many databases (a list given).
-    pub(crate) fn is_fleet(&self) -> bool {
-        self.list.is_given()
-    }
 }
 
 impl Cli {
@@ -281,14 +269,7 @@ impl Cli {
         let cli = Self::from_arg_matches(&matches)?;
         cli.check()?;
         let given = matches!(matches.value_source("database_url"), Some(clap::parser::ValueSource::CommandLine));
-        let many = match &cli.command {
-            Command::Relay(relay) => relay.fleet.is_fleet(),
-            Command::Status { list, .. } | Command::Migrate { list, .. } => list.is_given(),
-            Command::Quarantine { command: QuarantineCommand::List { list, .. } } => list.is_given(),
-            Command::Cleanup(args) => args.list.is_given(),
-            _ => false,
-        };
-        if many && given {
+        if cli.list.is_given() && given {
             let message = "--database-url names one database: give the others with --database or --databases-file, \
                  or leave --database and --databases-file out";
             return Err(Self::command().error(ErrorKind::ArgumentConflict, message));
@@ -298,6 +279,15 @@ impl Cli {
 
     /// The rules between flags that clap cannot express.
     fn check(&self) -> Result<(), clap::Error> {
+        if !self.list.only.is_empty() && !self.list.is_given() {
+            let message = "--only picks among the databases of --database or --databases-file: give them";
+            return Err(Self::command().error(ErrorKind::ArgumentConflict, message));
+        }
+        if !self.list.only.is_empty() && matches!(self.command, Command::Relay(_)) {
+            let message =
+                "--only is not for `outbox relay`, whose processes must share one list: give it a file of its own";
+            return Err(Self::command().error(ErrorKind::ArgumentConflict, message));
+        }
         if let Command::Relay(relay) = &self.command
             && relay.declare_queue.is_some()
             && relay.exchange_kind != ExchangeKindArg::Topic

@@ -1,17 +1,18 @@
-//! Many databases by name, from `--database NAME=URL` flags and a `--databases-file`: what
-//! `outbox relay` and `outbox status` work on in place of `--database-url`.
+//! Many databases by name, from `--database NAME=URL` flags and a `--databases-file`, narrowed by
+//! `--only`: what every command works on in place of `--database-url`.
 
 use outbox_relayer::fleet::FleetDatabase;
 
 use crate::args::DatabaseList;
 use crate::error::CliError;
 
-/// The databases of the `--database` flags, then those of the file; with the text they were read
-/// from, to notice a change.
+/// The databases of the `--database` flags, then those of the file (only those `--only` names, if
+/// given); with the text they were read from, to notice a change.
 ///
 /// # Errors
 /// [`CliError::DatabaseList`]: a flag or a line that does not read (named by its number, never
-/// by its URL), a file that cannot be read, a name listed twice, an empty list.
+/// by its URL), a file that cannot be read, a name listed twice, an empty list, a name given to
+/// `--only` that is not listed.
 pub(crate) fn read(list: &DatabaseList) -> Result<(String, Vec<FleetDatabase>), CliError> {
     let mut text = String::new();
     for (i, flag) in list.databases.iter().enumerate() {
@@ -37,5 +38,16 @@ pub(crate) fn read(list: &DatabaseList) -> Result<(String, Vec<FleetDatabase>), 
     if databases.is_empty() {
         return Err(CliError::DatabaseList("no database listed: the list is empty".to_owned()));
     }
-    Ok((text, databases))
+    Ok((text, only(databases, &list.only)?))
+}
+
+/// The databases named by `--only` (all of them if it is not given), in the order listed.
+fn only(databases: Vec<FleetDatabase>, names: &[String]) -> Result<Vec<FleetDatabase>, CliError> {
+    if let Some(stranger) = names.iter().find(|n| !databases.iter().any(|d| d.name() == n.as_str())) {
+        return Err(CliError::DatabaseList(format!("--only {stranger}: no database of that name is listed")));
+    }
+    if names.is_empty() {
+        return Ok(databases);
+    }
+    Ok(databases.into_iter().filter(|d| names.iter().any(|n| n == d.name())).collect())
 }

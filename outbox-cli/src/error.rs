@@ -17,6 +17,16 @@ pub(crate) enum CliError {
     /// A command over many databases failed on some of them (each one's line says why).
     #[error("{0} of {1} databases {2}")]
     DatabasesFailed(usize, usize, &'static str),
+    /// What a command names (an event, a job, a gap) is in none of the databases that answered,
+    /// and some could not be read: it may be in one of those (their names, and the first's why).
+    #[error("{0} is in none of the databases that answered; {1} could not be read: {2}")]
+    NotFoundAmong(String, usize, String),
+    /// What a command names is in several databases: which one is meant is for --only to say.
+    #[error("{0} is in several databases ({1}): name the one meant with --only; nothing was changed")]
+    FoundInSeveral(String, String),
+    /// A database did not answer within the deadline of a reading.
+    #[error("no answer within {} s (a lock held on its tables?)", .0.as_secs())]
+    NoAnswer(Duration),
     /// The list of databases to relay cannot be read; the reason names the line, never a URL.
     #[error("{0}")]
     DatabaseList(String),

@@ -10,22 +10,23 @@ use sqlx::PgPool;
 
 use crate::args::EventsCommand;
 use crate::error::CliError;
+use crate::out::Out;
 
 /// Runs an `events` command.
 ///
 /// # Errors
 /// [`CliError::NoSuchEvent`] for an id the outbox does not hold; a database error.
-pub(crate) async fn run(pool: &PgPool, command: EventsCommand) -> Result<(), CliError> {
+pub(crate) async fn run(pool: &PgPool, command: EventsCommand, out: &mut Out) -> Result<(), CliError> {
     match command {
-        EventsCommand::Show { id, payload, json } => show(pool, EventId::from_uuid(id), payload, json).await,
+        EventsCommand::Show { id, payload, json } => show(pool, EventId::from_uuid(id), payload, json, out).await,
         EventsCommand::List { entity, limit, json } => {
             let records = admin::entity_events(pool, &entity, i64::try_from(limit).unwrap_or(i64::MAX)).await?;
             if json {
-                println!("{}", Value::Array(records.iter().map(to_json).collect()));
+                out.line(Value::Array(records.iter().map(to_json).collect()));
             } else if records.is_empty() {
-                println!("no events of entity {entity:?} in the outbox");
+                out.line(format_args!("no events of entity {entity:?} in the outbox"));
             } else {
-                print!("{}", table(&records));
+                out.text(table(&records));
             }
             Ok(())
         }
@@ -36,7 +37,13 @@ pub(crate) async fn run(pool: &PgPool, command: EventsCommand) -> Result<(), Cli
 ///
 /// # Errors
 /// [`CliError::NoSuchEvent`]; a database error.
-pub(crate) async fn show(pool: &PgPool, id: EventId, with_payload: bool, json: bool) -> Result<(), CliError> {
+pub(crate) async fn show(
+    pool: &PgPool,
+    id: EventId,
+    with_payload: bool,
+    json: bool,
+    out: &mut Out,
+) -> Result<(), CliError> {
     let record = admin::event(pool, id).await?.ok_or(CliError::NoSuchEvent(id))?;
     // A scrubbed payload is not printed as an empty one: the record says when it was cleared.
     let with_payload = with_payload && record.payload_scrubbed_at.is_none();
@@ -51,14 +58,14 @@ pub(crate) async fn show(pool: &PgPool, id: EventId, with_payload: bool, json: b
             v["content_type"] = json!(content_type);
             v["payload"] = json!(String::from_utf8_lossy(bytes));
         }
-        println!("{v}");
+        out.line(&v);
     } else {
-        print!("{}", text(&record));
+        out.text(text(&record));
         if let Some((bytes, content_type)) = payload {
-            println!("{:<16}{content_type}", "content type");
+            out.line(format_args!("{:<16}{content_type}", "content type"));
             match String::from_utf8(bytes) {
-                Ok(text) => println!("{:<16}{text}", "payload"),
-                Err(e) => println!("{:<16}{}", "payload (hex)", hex(e.as_bytes())),
+                Ok(text) => out.line(format_args!("{:<16}{text}", "payload")),
+                Err(e) => out.line(format_args!("{:<16}{}", "payload (hex)", hex(e.as_bytes()))),
             }
         }
     }

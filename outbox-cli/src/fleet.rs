@@ -9,7 +9,7 @@ use std::time::Duration;
 use outbox_relayer::fleet::{Fleet, FleetDatabase, FleetHandle};
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::args::{FleetArgs, RelayArgs};
+use crate::args::{DatabaseList, FleetArgs, RelayArgs};
 use crate::error::CliError;
 use crate::relay::Setup;
 use crate::serve::{Probe, Probed};
@@ -25,9 +25,9 @@ const LOOK_AT_FILE: Duration = Duration::from_secs(2);
 ///
 /// # Errors
 /// A list that does not read (the line and why), no database listed, configuration errors.
-pub(crate) async fn run(args: RelayArgs, shutdown: Shutdown) -> Result<(), CliError> {
+pub(crate) async fn run(args: RelayArgs, list: &DatabaseList, shutdown: Shutdown) -> Result<(), CliError> {
     let mut hangup = signal(SignalKind::hangup())?;
-    let (text, databases) = read(&args.fleet)?;
+    let (text, databases) = read(&args.fleet, list)?;
     let publisher = crate::broker::publisher(&args.amqp_url)?;
     let probed = Probed::default();
     let endpoint = match args.metrics_addr {
@@ -46,7 +46,7 @@ pub(crate) async fn run(args: RelayArgs, shutdown: Shutdown) -> Result<(), CliEr
         let handle = fleet(&args, publisher.clone(), databases)?.spawn();
         let running = Arc::new(AtomicBool::new(true));
         let _ = probed.set(Probe::Fleet(running.clone()));
-        let outcome = watch_list(&args.fleet, &handle, text, &shutdown, &mut hangup).await;
+        let outcome = watch_list(&args.fleet, list, &handle, text, &shutdown, &mut hangup).await;
         running.store(false, Ordering::Relaxed);
         handle.shutdown().await?;
         outcome
@@ -80,6 +80,7 @@ fn fleet(
 /// handed to the fleet; a list that does not read is logged and the one in use stays.
 async fn watch_list(
     args: &FleetArgs,
+    list: &DatabaseList,
     handle: &FleetHandle,
     mut text: String,
     shutdown: &Shutdown,
@@ -95,10 +96,10 @@ async fn watch_list(
         if handle.is_finished() {
             return Err(CliError::Relay(outbox_relayer::Error::Stopped));
         }
-        if !asked && args.list.databases_file.is_none() {
+        if !asked && list.databases_file.is_none() {
             continue;
         }
-        match read(args) {
+        match read(args, list) {
             Ok((new, _)) if new == text && !asked => {}
             Ok((new, databases)) => {
                 let names = databases.len();
@@ -112,8 +113,8 @@ async fn watch_list(
 }
 
 /// The list, checked for the fleet: the fleet's database among it.
-fn read(args: &FleetArgs) -> Result<(String, Vec<FleetDatabase>), CliError> {
-    let (text, databases) = crate::databases::read(&args.list)?;
+fn read(args: &FleetArgs, list: &DatabaseList) -> Result<(String, Vec<FleetDatabase>), CliError> {
+    let (text, databases) = crate::databases::read(list)?;
     if let Some(name) = &args.fleet_database
         && !databases.iter().any(|d| d.name() == name)
     {

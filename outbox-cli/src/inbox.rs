@@ -11,22 +11,25 @@ use sqlx::PgPool;
 
 use crate::args::InboxCommand;
 use crate::error::CliError;
+use crate::out::Out;
 
 /// Runs an `inbox` command.
 ///
 /// # Errors
 /// [`CliError::NoSuchInboxEvent`], [`CliError::NoGap`], [`CliError::UnorderedRetry`], or a
 /// database error.
-pub(crate) async fn run(pool: &PgPool, command: InboxCommand) -> Result<(), CliError> {
+pub(crate) async fn run(pool: &PgPool, command: InboxCommand, out: &mut Out) -> Result<(), CliError> {
     match command {
-        InboxCommand::Status { consumer, json } => status(pool, &consumer, json).await,
-        InboxCommand::Gaps { consumer, json } => gaps(pool, &consumer, json).await,
-        InboxCommand::Failed { consumer, json } => failed(pool, &consumer, json).await,
+        InboxCommand::Status { consumer, json } => status(pool, &consumer, json, out).await,
+        InboxCommand::Gaps { consumer, json } => gaps(pool, &consumer, json, out).await,
+        InboxCommand::Failed { consumer, json } => failed(pool, &consumer, json, out).await,
         InboxCommand::Retry { consumer, id } => {
             let id = EventId::from_uuid(id);
             match admin::request_retry(pool, &consumer, id).await? {
                 Requested::Done => {
-                    println!("{id} parked again: {consumer} applies it at its next sweep, in its entity's order");
+                    out.line(format_args!(
+                        "{id} parked again: {consumer} applies it at its next sweep, in its entity's order"
+                    ));
                     Ok(())
                 }
                 Requested::Unordered => Err(CliError::UnorderedRetry(id)),
@@ -37,7 +40,9 @@ pub(crate) async fn run(pool: &PgPool, command: InboxCommand) -> Result<(), CliE
             let id = EventId::from_uuid(id);
             match admin::skip_failed(pool, &consumer, id, reason.as_deref()).await? {
                 Requested::Done => {
-                    println!("{id} skipped: never applied; {consumer} applies the events parked behind it");
+                    out.line(format_args!(
+                        "{id} skipped: never applied; {consumer} applies the events parked behind it"
+                    ));
                     Ok(())
                 }
                 _ => Err(CliError::NoSuchInboxEvent(id, consumer)),
@@ -45,7 +50,9 @@ pub(crate) async fn run(pool: &PgPool, command: InboxCommand) -> Result<(), CliE
         }
         InboxCommand::SkipGap { consumer, entity, .. } => match admin::skip_gap(pool, &consumer, &entity).await? {
             Some((from, to)) => {
-                println!("{entity}: sequences {from} to {to} given up on; {consumer} applies the parked events");
+                out.line(format_args!(
+                    "{entity}: sequences {from} to {to} given up on; {consumer} applies the parked events"
+                ));
                 Ok(())
             }
             None => Err(CliError::NoGap(entity, consumer)),
@@ -63,7 +70,7 @@ FROM (
     LIMIT 1000000
 ) hour";
 
-async fn status(pool: &PgPool, consumer: &str, as_json: bool) -> Result<(), CliError> {
+async fn status(pool: &PgPool, consumer: &str, as_json: bool, out: &mut Out) -> Result<(), CliError> {
     let b = admin::backlog(pool, consumer).await?;
     let (minute, hour): (i64, i64) = sqlx::query_as(PROCESSED).bind(consumer).fetch_one(pool).await?;
     if as_json {
@@ -76,7 +83,7 @@ async fn status(pool: &PgPool, consumer: &str, as_json: bool) -> Result<(), CliE
             "processed_last_minute": minute,
             "processed_last_hour": hour,
         });
-        println!("{v}");
+        out.line(&v);
         return Ok(());
     }
     let rows = [
@@ -89,12 +96,12 @@ async fn status(pool: &PgPool, consumer: &str, as_json: bool) -> Result<(), CliE
         ("processed, last hour", hour.to_string()),
     ];
     for (name, value) in rows {
-        println!("{name:<24}{value}");
+        out.line(format_args!("{name:<24}{value}"));
     }
     Ok(())
 }
 
-async fn gaps(pool: &PgPool, consumer: &str, as_json: bool) -> Result<(), CliError> {
+async fn gaps(pool: &PgPool, consumer: &str, as_json: bool, out: &mut Out) -> Result<(), CliError> {
     let gaps = admin::list_gaps(pool, consumer).await?;
     if as_json {
         let all = gaps.iter().map(|g| {
@@ -106,28 +113,28 @@ async fn gaps(pool: &PgPool, consumer: &str, as_json: bool) -> Result<(), CliErr
                 "age_seconds": g.age_seconds,
             })
         });
-        println!("{}", Value::Array(all.collect()));
+        out.line(Value::Array(all.collect()));
         return Ok(());
     }
     if gaps.is_empty() {
-        println!("{consumer}: no gaps");
+        out.line(format_args!("{consumer}: no gaps"));
         return Ok(());
     }
-    let mut out =
+    let mut table =
         format!("{:<32} {:>10} {:>14} {:>8} {:>10}\n", "ENTITY", "APPLIED TO", "FIRST PARKED", "PARKED", "AGE");
     for g in &gaps {
         let age = format!("{:.1} s", g.age_seconds);
         let _ = writeln!(
-            out,
+            table,
             "{:<32} {:>10} {:>14} {:>8} {age:>10}",
             g.entity_key, g.last_seq, g.first_parked_seq, g.parked
         );
     }
-    print!("{out}");
+    out.text(&table);
     Ok(())
 }
 
-async fn failed(pool: &PgPool, consumer: &str, as_json: bool) -> Result<(), CliError> {
+async fn failed(pool: &PgPool, consumer: &str, as_json: bool, out: &mut Out) -> Result<(), CliError> {
     let events = admin::list_failed(pool, consumer).await?;
     if as_json {
         let all = events.iter().map(|e| {
@@ -140,14 +147,14 @@ async fn failed(pool: &PgPool, consumer: &str, as_json: bool) -> Result<(), CliE
                 "received_at": e.received_at.to_rfc3339(),
             })
         });
-        println!("{}", Value::Array(all.collect()));
+        out.line(Value::Array(all.collect()));
         return Ok(());
     }
     if events.is_empty() {
-        println!("{consumer}: no failed events");
+        out.line(format_args!("{consumer}: no failed events"));
         return Ok(());
     }
-    let mut out = format!("{:<36}  {:<24}  {:<20}  LAST ERROR\n", "EVENT ID", "ENTITY", "TYPE");
+    let mut table = format!("{:<36}  {:<24}  {:<20}  LAST ERROR\n", "EVENT ID", "ENTITY", "TYPE");
     for e in &events {
         let entity = match (&e.entity_key, e.seq) {
             (Some(k), Some(s)) => format!("{k}#{s}"),
@@ -155,8 +162,8 @@ async fn failed(pool: &PgPool, consumer: &str, as_json: bool) -> Result<(), CliE
         };
         let kind = e.event_type.as_deref().unwrap_or("-");
         let _ =
-            writeln!(out, "{:<36}  {entity:<24}  {kind:<20}  {}", e.event_id, e.last_error.as_deref().unwrap_or("-"));
+            writeln!(table, "{:<36}  {entity:<24}  {kind:<20}  {}", e.event_id, e.last_error.as_deref().unwrap_or("-"));
     }
-    print!("{out}");
+    out.text(&table);
     Ok(())
 }

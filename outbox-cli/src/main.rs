@@ -37,10 +37,13 @@ mod events;
 mod fleet;
 mod grant;
 mod inbox;
+mod listed;
+mod locate;
 mod logging;
 mod many;
 mod migrate;
 mod migrate_many;
+mod out;
 mod progress;
 mod quarantine;
 mod quarantine_many;
@@ -51,6 +54,7 @@ mod retry;
 mod schema;
 mod serve;
 mod signal;
+mod single;
 mod status;
 mod status_many;
 
@@ -60,6 +64,7 @@ use clap::error::ErrorKind;
 
 use crate::args::{Cli, Command, QuarantineCommand};
 use crate::error::CliError;
+use crate::out::Out;
 
 async fn run(cli: Cli) -> Result<(), CliError> {
     // Printing the roles' SQL needs no database.
@@ -69,81 +74,31 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         grant::print(args);
         return Ok(());
     }
-    let command = match cli.command {
-        // Many databases: no DATABASE_URL.
-        Command::Relay(args) if args.fleet.is_fleet() => return fleet::run(*args, signal::Shutdown::install()?).await,
-        Command::Status { json, list } if list.is_given() => {
-            let (_, databases) = databases::read(&list)?;
-            return status_many::run(databases, cli.connect_timeout_secs, json).await;
-        }
-        Command::Migrate { outbox_only, inbox_only, list } if list.is_given() => {
-            let (_, databases) = databases::read(&list)?;
-            return migrate_many::run(databases, cli.connect_timeout_secs, outbox_only, inbox_only).await;
-        }
-        Command::Cleanup(args) if args.list.is_given() => {
-            let (_, databases) = databases::read(&args.list)?;
-            return cleanup_many::run(databases, cli.connect_timeout_secs, args).await;
-        }
-        Command::Quarantine { command: QuarantineCommand::List { kind, limit, json, list } } if list.is_given() => {
-            let (_, databases) = databases::read(&list)?;
-            return quarantine_many::run(databases, cli.connect_timeout_secs, kind, limit, json).await;
-        }
-        command => command,
-    };
+    if cli.list.is_given() {
+        return many_databases(cli).await;
+    }
     let options = connect::options(cli.database_url.as_deref())?;
+    single::run(options, cli.connect_timeout_secs, cli.command, &mut Out::Stdout).await
+}
+
+/// A command over the listed databases: those made for many, and the others one database at a
+/// time ([`listed`]).
+async fn many_databases(cli: Cli) -> Result<(), CliError> {
     let timeout = cli.connect_timeout_secs;
-    match command {
-        Command::Migrate { outbox_only, inbox_only, .. } => {
-            migrate::run(options, timeout, outbox_only, inbox_only).await
+    if let Command::Relay(args) = cli.command {
+        return fleet::run(*args, &cli.list, signal::Shutdown::install()?).await;
+    }
+    let (_, databases) = databases::read(&cli.list)?;
+    match cli.command {
+        Command::Status { json } => status_many::run(databases, timeout, json).await,
+        Command::Migrate { outbox_only, inbox_only } => {
+            migrate_many::run(databases, timeout, outbox_only, inbox_only).await
         }
-        Command::Status { json, .. } => {
-            let conn = connect::within(&options, timeout).await?;
-            let pool = connect::pool(options, timeout);
-            let outcome = status::run(conn, &pool, json).await;
-            pool.close().await;
-            outcome
+        Command::Cleanup(args) => cleanup_many::run(databases, timeout, args).await,
+        Command::Quarantine { command: QuarantineCommand::List { kind, limit, json } } => {
+            quarantine_many::run(databases, timeout, kind, limit, json).await
         }
-        Command::Relay(args) => relay::run(options, timeout, *args).await,
-        Command::Events { command } => {
-            let pool = schema::outbox_pool(options, timeout).await?;
-            let outcome = events::run(&pool, command).await;
-            pool.close().await;
-            outcome
-        }
-        Command::Quarantine { command } => {
-            let pool = schema::outbox_pool(options, timeout).await?;
-            let outcome = quarantine::run(&pool, command).await;
-            pool.close().await;
-            outcome
-        }
-        Command::Cleanup(args) => {
-            let pool = cleanup::open(options, timeout, &args).await?;
-            let outcome = cleanup::run(&pool, args).await;
-            pool.close().await;
-            outcome
-        }
-        Command::Grant(args) => grant::apply(&args, &options, timeout).await,
-        Command::Reconcile(args) => {
-            let pool = schema::outbox_pool(options, timeout).await?;
-            let outcome = reconcile::run(&pool, args).await;
-            pool.close().await;
-            outcome
-        }
-        Command::Replay { command } => {
-            let pool = schema::outbox_pool(options.clone(), timeout).await?;
-            let outcome = replay::run(&pool, options, command).await;
-            pool.close().await;
-            outcome
-        }
-        Command::Inbox { command } => {
-            let mut conn = connect::within(&options, timeout).await?;
-            schema::check_inbox(&mut conn).await?;
-            drop(conn);
-            let pool = connect::pool(options, timeout);
-            let outcome = inbox::run(&pool, command).await;
-            pool.close().await;
-            outcome
-        }
+        command => listed::run(databases, timeout, command).await,
     }
 }
 

@@ -40,7 +40,7 @@ where
                     None => done.await.map_err(|e| e.to_string()),
                     Some(d) => match tokio::time::timeout(d, done).await {
                         Ok(done) => done.map_err(|e| e.to_string()),
-                        Err(_) => Err(format!("no answer within {} s (a lock held on its tables?)", d.as_secs())),
+                        Err(_) => Err(CliError::NoAnswer(d).to_string()),
                     },
                 };
                 Outcome { name, result }

@@ -12,31 +12,32 @@ use uuid::Uuid;
 
 use crate::args::QuarantineCommand;
 use crate::error::CliError;
+use crate::out::Out;
 
 /// Runs a `quarantine` command.
 ///
 /// # Errors
 /// [`CliError::NotQuarantined`] naming the ids that are not quarantined (nothing changed);
 /// [`CliError::NoSuchEvent`] for `show`; a database error.
-pub(crate) async fn run(pool: &PgPool, command: QuarantineCommand) -> Result<(), CliError> {
+pub(crate) async fn run(pool: &PgPool, command: QuarantineCommand, out: &mut Out) -> Result<(), CliError> {
     match command {
-        QuarantineCommand::List { kind, limit, json, .. } => list(pool, kind, limit, json).await,
+        QuarantineCommand::List { kind, limit, json, .. } => list(pool, kind, limit, json, out).await,
         QuarantineCommand::Show { id, json } => {
             require_quarantined(pool, &[id]).await?;
-            crate::events::show(pool, EventId::from_uuid(id), false, json).await
+            crate::events::show(pool, EventId::from_uuid(id), false, json, out).await
         }
         // clap makes --all and --kind go together.
         QuarantineCommand::Retry { all: true, kind: Some(kind), .. } => {
             let ids: Vec<Uuid> = every_of_kind(pool, kind).await?;
-            act(pool, &ids, Action::Retry).await
+            act(pool, &ids, Action::Retry, out).await
         }
         QuarantineCommand::Retry { ids, .. } => {
             require_quarantined(pool, &ids).await?;
-            act(pool, &ids, Action::Retry).await
+            act(pool, &ids, Action::Retry, out).await
         }
         QuarantineCommand::Skip { ids, reason, .. } => {
             require_quarantined(pool, &ids).await?;
-            act(pool, &ids, Action::Skip(reason)).await
+            act(pool, &ids, Action::Skip(reason), out).await
         }
     }
 }
@@ -46,14 +47,14 @@ enum Action {
     Skip(Option<String>),
 }
 
-async fn list(pool: &PgPool, kind: Option<FailureKind>, limit: u64, json: bool) -> Result<(), CliError> {
+async fn list(pool: &PgPool, kind: Option<FailureKind>, limit: u64, json: bool, out: &mut Out) -> Result<(), CliError> {
     let events = admin::list_quarantined_of(pool, kind, i64::try_from(limit).unwrap_or(i64::MAX)).await?;
     if json {
-        println!("{}", Value::Array(events.iter().map(to_json).collect()));
+        out.line(Value::Array(events.iter().map(to_json).collect()));
     } else if events.is_empty() {
-        println!("no quarantined events{}", kind.map(|k| format!(" of kind {k}")).unwrap_or_default());
+        out.line(format_args!("no quarantined events{}", kind.map(|k| format!(" of kind {k}")).unwrap_or_default()));
     } else {
-        print!("{}", table(&events));
+        out.text(table(&events));
     }
     Ok(())
 }
@@ -81,7 +82,7 @@ async fn require_quarantined(pool: &PgPool, ids: &[Uuid]) -> Result<(), CliError
 }
 
 /// Retries or skips each of `ids`, in order, one line per event; a summary at the end.
-async fn act(pool: &PgPool, ids: &[Uuid], action: Action) -> Result<(), CliError> {
+async fn act(pool: &PgPool, ids: &[Uuid], action: Action, out: &mut Out) -> Result<(), CliError> {
     let mut done = 0;
     for id in ids.iter().copied().map(EventId::from_uuid) {
         let acted = match &action {
@@ -95,13 +96,13 @@ async fn act(pool: &PgPool, ids: &[Uuid], action: Action) -> Result<(), CliError
             (Action::Skip(_), true) => "skipped",
         };
         done += usize::from(acted);
-        println!("{id} {verb}");
+        out.line(format_args!("{id} {verb}"));
     }
     let what = match action {
         Action::Retry => "retried (same rows, same event ids; the events held behind them follow)",
         Action::Skip(_) => "skipped (never published; their entities' later events flow again)",
     };
-    println!("{done} event(s) {what}");
+    out.line(format_args!("{done} event(s) {what}"));
     Ok(())
 }
 

@@ -8,13 +8,14 @@ use sqlx::PgPool;
 
 use crate::args::ReconcileArgs;
 use crate::error::CliError;
+use crate::out::Out;
 
 /// Runs `outbox reconcile`.
 ///
 /// # Errors
 /// [`CliError::ChangesSql`] if the file cannot be read; the query's own failure (its shape or
 /// the database); [`CliError::NotReconciled`] when something is missing.
-pub(crate) async fn run(pool: &PgPool, args: ReconcileArgs) -> Result<(), CliError> {
+pub(crate) async fn run(pool: &PgPool, args: ReconcileArgs, out: &mut Out) -> Result<(), CliError> {
     let sql = std::fs::read_to_string(&args.changes_sql)
         .map_err(|e| CliError::ChangesSql(args.changes_sql.display().to_string(), e.to_string()))?;
     let sql = sql.trim().trim_end_matches(';').to_owned();
@@ -39,9 +40,9 @@ pub(crate) async fn run(pool: &PgPool, args: ReconcileArgs) -> Result<(), CliErr
         other => other?,
     };
     if args.json {
-        println!("{}", to_json(&report));
+        out.line(to_json(&report));
     } else {
-        println!("{report}");
+        out.line(&report);
     }
     if missing(&report) { Err(CliError::NotReconciled) } else { Ok(()) }
 }

@@ -14,6 +14,7 @@ use uuid::Uuid;
 use crate::args::ReplayCommand;
 use crate::args::replay::{ResumeArgs, SelectionArgs, SendArgs, StartArgs, TargetArgs};
 use crate::error::CliError;
+use crate::out::Out;
 use crate::progress::Progress;
 use crate::signal::Shutdown;
 
@@ -25,25 +26,30 @@ const LISTED: usize = 10;
 /// # Errors
 /// A job that does not exist or cannot change state; the database's and the broker's failures;
 /// [`CliError::ReplayIncomplete`] when a job could not send everything it selected.
-pub(crate) async fn run(pool: &PgPool, db: PgConnectOptions, command: ReplayCommand) -> Result<(), CliError> {
+pub(crate) async fn run(
+    pool: &PgPool,
+    db: PgConnectOptions,
+    command: ReplayCommand,
+    out: &mut Out,
+) -> Result<(), CliError> {
     match command {
-        ReplayCommand::Start(args) => start(pool, db, *args).await,
-        ReplayCommand::List { all, json } => list(pool, all, json).await,
-        ReplayCommand::Show { id, json } => show(pool, id, json).await,
-        ReplayCommand::Pause { id } => change(id, "paused", replay::pause(pool, id).await?),
-        ReplayCommand::Cancel { id } => change(id, "cancelled", replay::cancel(pool, id).await?),
-        ReplayCommand::Resume(args) => resume(pool, db, *args).await,
+        ReplayCommand::Start(args) => start(pool, db, *args, out).await,
+        ReplayCommand::List { all, json } => list(pool, all, json, out).await,
+        ReplayCommand::Show { id, json } => show(pool, id, json, out).await,
+        ReplayCommand::Pause { id } => change(id, "paused", replay::pause(pool, id).await?, out),
+        ReplayCommand::Cancel { id } => change(id, "cancelled", replay::cancel(pool, id).await?, out),
+        ReplayCommand::Resume(args) => resume(pool, db, *args, out).await,
     }
 }
 
-async fn start(pool: &PgPool, db: PgConnectOptions, args: StartArgs) -> Result<(), CliError> {
+async fn start(pool: &PgPool, db: PgConnectOptions, args: StartArgs, out: &mut Out) -> Result<(), CliError> {
     let selection = selection(&args.selection);
     if args.dry_run {
         let survey = replay::survey(pool, &selection).await?;
         if args.json {
-            println!("{}", survey_json(&survey));
+            out.line(survey_json(&survey));
         } else {
-            print!("{}", survey_text(&survey));
+            out.text(survey_text(&survey));
         }
         return incomplete_survey("dry run", &survey);
     }
@@ -58,28 +64,31 @@ async fn start(pool: &PgPool, db: PgConnectOptions, args: StartArgs) -> Result<(
         job = job.created_by(by);
     }
     let (job, survey) = replay::create(pool, job).await?;
-    print!("{}", survey_text(&survey));
-    println!("replay job {} recorded: {} events to {}", job.id, job.total, job.target);
+    out.text(survey_text(&survey));
+    out.line(format_args!("replay job {} recorded: {} events to {}", job.id, job.total, job.target));
     if args.no_run {
         return incomplete_survey(&job.id.to_string(), &survey);
     }
     let report = send(db, &job, &args.send).await?;
-    finished(&report, &job, Some(&survey))
+    finished(&report, &job, Some(&survey), out)
 }
 
-async fn resume(pool: &PgPool, db: PgConnectOptions, args: ResumeArgs) -> Result<(), CliError> {
+async fn resume(pool: &PgPool, db: PgConnectOptions, args: ResumeArgs, out: &mut Out) -> Result<(), CliError> {
     let (job, _) = replay::resume(pool, args.id).await?.ok_or(CliError::NoSuchJob(args.id))?;
     if job.state == JobState::Done {
         // Run again by an orchestrator after it finished: nothing to do, and nothing failed.
-        println!("replay job {} is done: {} of {} events sent", job.id, job.sent, job.total);
+        out.line(format_args!("replay job {} is done: {} of {} events sent", job.id, job.sent, job.total));
         return Ok(());
     }
     if job.state != JobState::Running {
         return Err(CliError::JobState(job.id, job.state.to_string()));
     }
-    println!("replay job {}: resuming after {} of {} events, to {}", job.id, job.sent, job.total, job.target);
+    out.line(format_args!(
+        "replay job {}: resuming after {} of {} events, to {}",
+        job.id, job.sent, job.total, job.target
+    ));
     let report = send(db, &job, &args.send).await?;
-    finished(&report, &job, None)
+    finished(&report, &job, None, out)
 }
 
 /// Runs `job` in this process until it ends or SIGTERM / SIGINT, with progress on stderr.
@@ -136,7 +145,7 @@ fn replayer(
 /// The run's last line, and its exit status: 0 when everything selected went (or an operator
 /// paused or cancelled the job), 1 when something could not, the job failed, or a signal stopped
 /// it before the end.
-fn finished(report: &ReplayReport, job: &ReplayJob, survey: Option<&Survey>) -> Result<(), CliError> {
+fn finished(report: &ReplayReport, job: &ReplayJob, survey: Option<&Survey>, out: &mut Out) -> Result<(), CliError> {
     let id = job.id.to_string();
     let sent = job.sent + report.sent;
     match report.state {
@@ -148,7 +157,7 @@ fn finished(report: &ReplayReport, job: &ReplayJob, survey: Option<&Survey>) -> 
             let why = "failed: the target refuses the events (see `outbox replay show`); repair it, then resume";
             return Err(CliError::ReplayIncomplete(id, why.to_owned()));
         }
-        state => println!("replay job {id} {state}: {sent} of {} events sent", job.total),
+        state => out.line(format_args!("replay job {id} {state}: {sent} of {} events sent", job.total)),
     }
     let passed_over = report.scrubbed + report.unopenable;
     if passed_over > 0 {
@@ -261,36 +270,44 @@ fn survey_json(s: &Survey) -> serde_json::Value {
     })
 }
 
-async fn list(pool: &PgPool, all: bool, json: bool) -> Result<(), CliError> {
+async fn list(pool: &PgPool, all: bool, json: bool, out: &mut Out) -> Result<(), CliError> {
     let jobs = replay::jobs(pool, !all, 100).await?;
     if json {
-        println!("{}", serde_json::Value::Array(jobs.iter().map(job_json).collect()));
+        out.line(serde_json::Value::Array(jobs.iter().map(job_json).collect()));
         return Ok(());
     }
     if jobs.is_empty() {
-        println!("no replay jobs{}", if all { "" } else { " running, paused or failed (--all lists every one)" });
+        out.line(format_args!(
+            "no replay jobs{}",
+            if all { "" } else { " running, paused or failed (--all lists every one)" }
+        ));
     }
     for job in &jobs {
-        println!("{}", job_line(job));
+        out.line(job_line(job));
     }
     Ok(())
 }
 
-async fn show(pool: &PgPool, id: Uuid, json: bool) -> Result<(), CliError> {
+async fn show(pool: &PgPool, id: Uuid, json: bool, out: &mut Out) -> Result<(), CliError> {
     let job = replay::job(pool, id).await?.ok_or(CliError::NoSuchJob(id))?;
     if json {
-        println!("{}", job_json(&job));
+        out.line(job_json(&job));
         return Ok(());
     }
-    println!("{}", job_line(&job));
-    println!("  selects: {}", serde_json::to_string(&job.selection).unwrap_or_default());
-    println!("  created {} by {}; up to position {}", job.created_at.to_rfc3339(), job.created_by, job.up_to_position);
-    println!("  cursor: {:?}", job.cursor);
+    out.line(job_line(&job));
+    out.line(format_args!("  selects: {}", serde_json::to_string(&job.selection).unwrap_or_default()));
+    out.line(format_args!(
+        "  created {} by {}; up to position {}",
+        job.created_at.to_rfc3339(),
+        job.created_by,
+        job.up_to_position
+    ));
+    out.line(format_args!("  cursor: {:?}", job.cursor));
     if let (Some(runner), Some(at)) = (&job.runner, job.heartbeat_at) {
-        println!("  last progress by {runner} at {}", at.to_rfc3339());
+        out.line(format_args!("  last progress by {runner} at {}", at.to_rfc3339()));
     }
     if let Some(error) = &job.last_error {
-        println!("  failed: {error}");
+        out.line(format_args!("  failed: {error}"));
     }
     Ok(())
 }
@@ -327,11 +344,11 @@ pub(crate) fn job_json(job: &ReplayJob) -> serde_json::Value {
 }
 
 /// The outcome of pause or cancel: the job's line, or why nothing changed.
-fn change(id: Uuid, verb: &str, outcome: Option<(ReplayJob, bool)>) -> Result<(), CliError> {
+fn change(id: Uuid, verb: &str, outcome: Option<(ReplayJob, bool)>, out: &mut Out) -> Result<(), CliError> {
     match outcome {
         None => Err(CliError::NoSuchJob(id)),
         Some((job, true)) => {
-            println!("replay job {id} {verb}: {}", job_line(&job));
+            out.line(format_args!("replay job {id} {verb}: {}", job_line(&job)));
             Ok(())
         }
         Some((job, false)) => Err(CliError::JobState(id, job.state.to_string())),

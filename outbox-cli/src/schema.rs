@@ -65,8 +65,33 @@ pub(crate) async fn outbox_pool(
     options: sqlx::postgres::PgConnectOptions,
     timeout: std::time::Duration,
 ) -> Result<sqlx::PgPool, CliError> {
+    checked_pool(options, timeout, Side::Outbox).await
+}
+
+/// A pool over a database that answers within `timeout` and holds the inbox tables.
+pub(crate) async fn inbox_pool(
+    options: sqlx::postgres::PgConnectOptions,
+    timeout: std::time::Duration,
+) -> Result<sqlx::PgPool, CliError> {
+    checked_pool(options, timeout, Side::Inbox).await
+}
+
+/// Which tables a command needs.
+enum Side {
+    Outbox,
+    Inbox,
+}
+
+async fn checked_pool(
+    options: sqlx::postgres::PgConnectOptions,
+    timeout: std::time::Duration,
+    side: Side,
+) -> Result<sqlx::PgPool, CliError> {
     let mut conn = crate::connect::within(&options, timeout).await?;
-    check_outbox(&mut conn).await?;
+    match side {
+        Side::Outbox => check_outbox(&mut conn).await?,
+        Side::Inbox => check_inbox(&mut conn).await?,
+    }
     drop(conn);
     Ok(crate::connect::pool(options, timeout))
 }

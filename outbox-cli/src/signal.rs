@@ -35,4 +35,9 @@ impl Shutdown {
         // An error means the listening task is gone: it sends before it ends, so a signal came.
         let _ = received.wait_for(|&signalled| signalled).await;
     }
+
+    /// Whether a signal has arrived.
+    pub(crate) fn is_requested(&self) -> bool {
+        *self.received.borrow()
+    }
 }

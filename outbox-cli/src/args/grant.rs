@@ -5,7 +5,7 @@
 /// by the server, so two long names could end up the same role.
 const MAX_ROLE_NAME: usize = 63;
 
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub(crate) struct GrantArgs {
     /// The relay's role: reads and updates the outbox, deletes old rows (retention), LISTENs.
     #[arg(long, default_value = "outbox_relay", value_parser = role_name)]

@@ -1,18 +1,21 @@
-//! `--database NAME=URL` and `--databases-file`: the flags of a command over many databases.
+//! `--database NAME=URL`, `--databases-file` and `--only`: the flags of a command over many
+//! databases. Global: every command but `grant` without `--apply` takes them.
 
-/// Many databases by name: for `outbox relay`, `status`, `migrate`, `quarantine list` and
-/// `cleanup` (see docs/many-databases.md).
+/// Many databases by name (see docs/many-databases.md).
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct DatabaseList {
     /// A database among many: `NAME=URL` (repeat the flag). NAME (letters, digits, `_`, `-`, `.`)
-    /// labels its metrics, log lines and status row. In place of --database-url; a URL here shows
-    /// in the process list, so prefer --databases-file for passwords.
-    #[arg(long = "database", value_name = "NAME=URL")]
+    /// labels its metrics, log lines and report. In place of --database-url; a URL here shows in
+    /// the process list, so prefer --databases-file for passwords.
+    #[arg(long = "database", value_name = "NAME=URL", global = true)]
     pub(crate) databases: Vec<String>,
     /// The databases listed in this file, one `NAME URL` per line (`#` comments). `relay` reads it
     /// again on SIGHUP and when it changes: databases added are taken, those removed given back.
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", global = true)]
     pub(crate) databases_file: Option<std::path::PathBuf>,
+    /// Only these databases of the list (by NAME; repeat the flag or separate with commas).
+    #[arg(long, value_name = "NAME", value_delimiter = ',', global = true)]
+    pub(crate) only: Vec<String>,
 }
 
 impl DatabaseList {

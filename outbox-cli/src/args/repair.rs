@@ -7,7 +7,7 @@ use clap::builder::RangedU64ValueParser;
 /// At most 10,000 rows per listing: a screen or a script, not an export.
 pub(crate) const MAX_LIMIT: u64 = 10_000;
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Clone, Subcommand)]
 pub(crate) enum EventsCommand {
     /// One event's record: status, attempts, last error and its kind, lease, its place in its
     /// entity. The payload only with --payload.
@@ -36,7 +36,7 @@ pub(crate) enum EventsCommand {
     },
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Clone, Subcommand)]
 pub(crate) enum QuarantineCommand {
     /// The quarantined events, oldest quarantine first, with kind and reason.
     List {
@@ -50,10 +50,6 @@ pub(crate) enum QuarantineCommand {
         /// database's array and the total).
         #[arg(long)]
         json: bool,
-        /// Many databases: each one's list under its name, and the total (in place of
-        /// --database-url).
-        #[command(flatten)]
-        list: super::list::DatabaseList,
     },
     /// One quarantined event's record (as `outbox events show`).
     Show {
@@ -100,7 +96,7 @@ fn failure_kind(text: &str) -> Result<outbox_types::FailureKind, String> {
     text.trim().parse().map_err(|_| "expected transient, contract, auth or rejected".to_owned())
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Clone, Subcommand)]
 pub(crate) enum InboxCommand {
     /// A consumer's inbox at a glance: entities with a gap, parked and failed events, the oldest
     /// parked age, events processed in the last minute and hour.
@@ -165,7 +161,7 @@ pub(crate) enum InboxCommand {
 }
 
 /// Arguments of `outbox cleanup`.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub(crate) struct CleanupArgs {
     /// Delete outbox rows published longer ago than this (`90m`, `12h`, `7d`; at least 1 s).
     #[arg(long, value_parser = age)]
@@ -192,10 +188,6 @@ pub(crate) struct CleanupArgs {
     /// One JSON object on standard output at the end (progress stays on standard error).
     #[arg(long)]
     pub(crate) json: bool,
-    /// Many databases: each cleaned in turn under its name, and the total (in place of
-    /// --database-url).
-    #[command(flatten)]
-    pub(crate) list: super::list::DatabaseList,
 }
 
 /// An age such as `90s`, `30m`, `12h` or `7d`: a positive number and a unit, from 1 s to 10 years.
@@ -220,7 +212,7 @@ pub(crate) fn age(text: &str) -> Result<std::time::Duration, String> {
 }
 
 /// Arguments of `outbox reconcile`.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub(crate) struct ReconcileArgs {
     /// A file with one SQL query over your business tables returning either `(entity_key text,
     /// version bigint)` rows (the entity went through versions 1..=version) or one `uuid` column

@@ -9,7 +9,7 @@ use clap::builder::RangedU64ValueParser;
 /// At most 1,000,000 events a second: more than any broker confirms, so a larger rate is a typo.
 pub(crate) const MAX_RATE: u64 = 1_000_000;
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Clone, Subcommand)]
 pub(crate) enum ReplayCommand {
     /// Record a replay job and run it: the selected published events sent again, each entity's in
     /// sequence order, with their ids, sequences, headers and payloads and the header
@@ -54,7 +54,7 @@ pub(crate) enum ReplayCommand {
 
 /// Which events a job selects; each given part must match (an event of one of the --entity keys
 /// AND one of the --type patterns AND in the time range AND one of the --id ids).
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub(crate) struct SelectionArgs {
     /// Every published event (asked explicitly, so that a forgotten filter does not replay the
     /// whole outbox).
@@ -80,7 +80,7 @@ pub(crate) struct SelectionArgs {
 
 /// Where a job sends: the relay's exchange and routing (default), a fixed routing key, or one
 /// queue.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub(crate) struct TargetArgs {
     /// The exchange the events went to (the relay's --exchange).
     #[arg(long, default_value = outbox_relayer::defaults::EXCHANGE)]
@@ -98,7 +98,7 @@ pub(crate) struct TargetArgs {
 }
 
 /// How a job is sent: the broker, the keys, the pace.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub(crate) struct SendArgs {
     /// RabbitMQ URL(s), as `outbox relay --amqp-url`.
     #[arg(long, env = "AMQP_URL", hide_env_values = true, value_delimiter = ',')]
@@ -124,7 +124,7 @@ pub(crate) struct SendArgs {
 }
 
 /// Arguments of `outbox replay start`.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub(crate) struct StartArgs {
     #[command(flatten)]
     pub(crate) selection: SelectionArgs,
@@ -152,7 +152,7 @@ pub(crate) struct StartArgs {
 }
 
 /// Arguments of `outbox replay resume`.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub(crate) struct ResumeArgs {
     /// The job id (a UUID).
     #[arg(value_parser = job_id)]

@@ -11,6 +11,7 @@ mod flags;
 mod inbox;
 mod log_redaction;
 mod many_databases;
+mod many_repairs;
 mod metrics_endpoint;
 mod operator_failures;
 mod ops_files;

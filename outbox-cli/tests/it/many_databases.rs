@@ -9,7 +9,7 @@ use crate::support;
 
 /// A list file naming `databases` (`NAME URL` lines) in a folder of its own; the folder and the
 /// file's path.
-fn list_file(databases: &[(&str, String)]) -> (std::path::PathBuf, String) {
+pub(crate) fn list_file(databases: &[(&str, String)]) -> (std::path::PathBuf, String) {
     let dir = std::env::temp_dir().join(format!("outbox-many-{}", outbox_testkit::unique_suffix()));
     std::fs::create_dir_all(&dir).expect("dir");
     let file = dir.join("databases");
@@ -29,7 +29,7 @@ async fn has_table(db: &TestDb, name: &str) -> bool {
 }
 
 /// A password in a URL, to prove it never shows.
-fn with_password(url: &str) -> String {
+pub(crate) fn with_password(url: &str) -> String {
     url.replacen("postgres@", "postgres:hunter2@", 1)
 }
 
@@ -64,7 +64,7 @@ async fn migrate_over_many_databases_migrates_each_and_names_the_one_it_could_no
 }
 
 /// Commits `n` events of `n` entities `<prefix>-<i>` in `db`; their ids.
-async fn enqueue(db: &TestDb, n: usize, prefix: &str) -> Vec<uuid::Uuid> {
+pub(crate) async fn enqueue(db: &TestDb, n: usize, prefix: &str) -> Vec<uuid::Uuid> {
     let outbox = outbox_producer::Outbox::new();
     let mut tx = db.pool().begin().await.expect("begin");
     let events = (0..n)
