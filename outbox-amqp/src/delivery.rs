@@ -56,8 +56,14 @@ impl Delivery {
     /// The entity key of the wire contract's `x-entity` header, if the message has one, read
     /// without decoding the rest of the message.
     pub fn entity(&self) -> Option<&str> {
+        self.header(outbox_types::wire::HEADER_ENTITY)
+    }
+
+    /// The string header `name`, if the message has it, read without decoding the rest of the
+    /// message.
+    pub fn header(&self, name: &str) -> Option<&str> {
         let headers = self.inner.properties.headers().as_ref()?;
-        match headers.inner().get(outbox_types::wire::HEADER_ENTITY)? {
+        match headers.inner().get(name)? {
             lapin::types::AMQPValue::LongString(s) => std::str::from_utf8(s.as_bytes()).ok(),
             lapin::types::AMQPValue::ShortString(s) => Some(s.as_str()),
             _ => None,

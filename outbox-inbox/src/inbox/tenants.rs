@@ -70,6 +70,14 @@ impl Tenants {
         Self { of, pools: Arc::default() }
     }
 
+    /// The header naming the tenant, when a header does.
+    pub(crate) fn header(&self) -> Option<&str> {
+        match &self.of {
+            TenantOf::Header(name) => Some(name),
+            TenantOf::EntityPrefix(_) | TenantOf::Custom(_) => None,
+        }
+    }
+
     /// Tenants named by the string header `name`, which the producer sets on each event
     /// (`NewEvent::header`).
     pub fn by_header(name: impl Into<String>) -> Self {

@@ -12,6 +12,14 @@ use super::handle::Counters;
 use super::shared::Shared;
 use crate::{Error, InboxRequest, Result, decode_delivery};
 
+/// A batch's hold on its runner: its share of the concurrency, and where to say, once its
+/// database work is done, which of its entities it still holds (those of deliveries waiting to be
+/// requeued); the others are free for the next batches at once.
+pub(super) struct Hold {
+    pub(super) permit: tokio::sync::OwnedSemaphorePermit,
+    pub(super) done_with: tokio::sync::mpsc::UnboundedSender<(tokio::task::Id, Vec<String>)>,
+}
+
 /// What to do with a delivery once its event was handled.
 enum Verdict {
     Ack,
@@ -65,15 +73,16 @@ where
     /// batch that fails is applied one delivery at a time, and then every delivery is acked,
     /// requeued or dead-lettered.
     ///
-    /// `permit`, the batch's share of the runner's concurrency, is given back once the database
-    /// work is done: acks, dead letters and the waits of deliveries to requeue (a transient
-    /// failure's back-off) go on without it, so that failures that last (a tenant's database down)
-    /// do not take every slot while they wait.
+    /// Once the database work is done, the batch gives back its share of the runner's concurrency
+    /// and every entity but those of deliveries to requeue: acks, dead letters and the waits of
+    /// deliveries to requeue (a transient failure's back-off) go on without them, so that
+    /// failures that last (a tenant's database down) take neither every slot nor the entities
+    /// that did not fail while they wait.
     pub(super) async fn handle_batch(
         &self,
         deliveries: Vec<Delivery>,
         dead_letters: &DeadLetters,
-        permit: tokio::sync::OwnedSemaphorePermit,
+        hold: Hold,
     ) -> Result<()> {
         let mut verdicts: Vec<Option<Verdict>> = deliveries.iter().map(|_| None).collect();
         let mut events = Vec::new();
@@ -91,7 +100,7 @@ where
         for group in distinct_groups(events) {
             self.apply_group(group, &mut verdicts).await?;
         }
-        drop(permit);
+        self.done_with_database(hold, &deliveries, &verdicts);
         let (acked, others): (Vec<_>, Vec<_>) = deliveries
             .into_iter()
             .zip(verdicts)
@@ -102,6 +111,20 @@ where
         let (acking, finished) = tokio::join!(self.ack(&acked), futures::future::join_all(finishing));
         acking?;
         finished.into_iter().collect()
+    }
+
+    /// Gives back the permit, and every entity of the batch but those of deliveries to requeue.
+    fn done_with_database(&self, hold: Hold, deliveries: &[Delivery], verdicts: &[Option<Verdict>]) {
+        let kept = deliveries
+            .iter()
+            .zip(verdicts)
+            .filter(|(_, verdict)| matches!(verdict, Some(Verdict::Requeue(_))))
+            .filter_map(|(delivery, _)| self.schedule_key(delivery))
+            .collect();
+        drop(hold.permit);
+        if let Some(id) = tokio::task::try_id() {
+            let _ = hold.done_with.send((id, kept));
+        }
     }
 
     /// Acks the deliveries whose events committed, together (one coalesced ack where the channel

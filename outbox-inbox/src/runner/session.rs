@@ -8,11 +8,12 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use outbox_amqp::{Delivery, Subscription};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tower::Service;
 
-use super::schedule::Schedule;
+use super::batch::Hold;
+use super::schedule::{self, Schedule};
 use super::shared::Shared;
 use crate::{InboxRequest, Result};
 
@@ -70,6 +71,8 @@ where
         let mut schedule = Schedule::default();
         // The entities each batch in hand holds, by task.
         let mut holding: HashMap<tokio::task::Id, Vec<String>> = HashMap::new();
+        // A batch done with the database says which entities it still holds (its retries').
+        let (done_with, mut still_held) = mpsc::unbounded_channel();
         loop {
             while !schedule.is_empty() {
                 let Ok(permit) = permits.clone().try_acquire_owned() else { break };
@@ -77,7 +80,7 @@ where
                 if batch.is_empty() {
                     break;
                 }
-                let id = self.spawn_batch(tasks, batch, subscription, permit);
+                let id = self.spawn_batch(tasks, batch, subscription, Hold { permit, done_with: done_with.clone() });
                 holding.insert(id, entities);
             }
             tokio::select! {
@@ -94,6 +97,13 @@ where
                         return Err(e);
                     }
                 }
+                Some((id, kept)) = still_held.recv() => {
+                    if let Some(held) = holding.get_mut(&id) {
+                        let (kept, freed): (Vec<String>, Vec<String>) = held.drain(..).partition(|k| kept.contains(k));
+                        schedule.release(&freed);
+                        *held = kept;
+                    }
+                }
                 next = subscription.next() => {
                     let first = match next {
                         Some(Ok(delivery)) => delivery,
@@ -104,8 +114,7 @@ where
                     let mut received = vec![first];
                     let more = subscription.take_ready(&mut received, usize::from(self.settings.prefetch));
                     for delivery in received {
-                        let entity = delivery.entity().map(str::to_owned);
-                        schedule.push(entity, delivery);
+                        schedule.push(self.schedule_key(&delivery), delivery);
                     }
                     if let Err(e) = more {
                         return Ok(ended(e.as_ref()));
@@ -120,11 +129,18 @@ where
         tasks: &mut Tasks,
         batch: Vec<Delivery>,
         subscription: &Subscription,
-        permit: tokio::sync::OwnedSemaphorePermit,
+        hold: Hold,
     ) -> tokio::task::Id {
         let this = self.clone();
         let dead_letters = subscription.dead_letters();
-        tasks.spawn(async move { this.handle_batch(batch, &dead_letters, permit).await }).id()
+        tasks.spawn(async move { this.handle_batch(batch, &dead_letters, hold).await }).id()
+    }
+
+    /// The key the schedule holds a delivery's entity by ([`schedule::key`]); `None` for an
+    /// event of no entity.
+    pub(super) fn schedule_key(&self, delivery: &Delivery) -> Option<String> {
+        let tenant = self.service.tenants().and_then(crate::Tenants::header).and_then(|h| delivery.header(h));
+        Some(schedule::key(delivery.entity()?, tenant))
     }
 
     /// Sweeps parked events every `sweep_interval` until `stopped` turns true (a sweep under way

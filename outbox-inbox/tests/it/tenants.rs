@@ -177,3 +177,77 @@ async fn each_tenants_events_are_applied_once_in_order_in_its_database_and_unkno
     }
     h.close().await.expect("cleanup");
 }
+
+/// A tenant whose database is down holds none of the others' entities while its events wait out
+/// their back-off (20 s here): not an entity of the same key in another tenant, nor one that came
+/// in its batch and was applied. Acme's events published after initech's failed are applied at
+/// once; initech's when it is back.
+#[tokio::test]
+async fn a_tenant_waiting_out_its_back_off_holds_up_none_of_the_other_tenants_entities() {
+    let h = Harness::builder().defer_relay().start().await.expect("harness");
+    let (acme, down) = (TestDb::empty().await.expect("db"), TestDb::empty().await.expect("db"));
+    effects_table(acme.pool()).await;
+    effects_table(down.pool()).await;
+    let proxy = ChaosProxy::start("127.0.0.1:5432".parse().expect("addr")).await.expect("proxy");
+    let behind_proxy = down.connect_options().clone().host("127.0.0.1").port(proxy.addr().port());
+    let initech = PgPoolOptions::new()
+        .max_connections(2)
+        .acquire_timeout(Duration::from_millis(500))
+        .connect_lazy_with(behind_proxy);
+    let tenants = Tenants::by_header("tenant").tenant("acme", acme.pool().clone()).tenant("initech", initech.clone());
+    tenants.migrate().await.expect("the inbox's tables");
+    proxy.refuse();
+    proxy.cut();
+    let back_off = Duration::from_secs(20);
+    let retry = RetryPolicy::default().initial_delay(back_off).max_delay(back_off).max_attempts(1_000);
+    let service = InboxLayer::for_tenants(tenants, "shipping").layer(tower::service_fn(apply));
+    let publish = |events: Vec<Event>| {
+        let h = &h;
+        async move { h.broker().publish_events(h.exchange(), "order.changed", &events).await.expect("publish") }
+    };
+
+    // One batch at a time: while initech's order-5 fails (its connection refused within 500 ms),
+    // initech's order-1 and acme's order-2 arrive and are taken together in the next batch. Both
+    // of initech's wait 20 s; acme's order-2 applies.
+    let runner = InboxRunner::builder(outbox_testkit::amqp_url(), service)
+        .topology(h.topology())
+        .retry_policy(retry)
+        .concurrency(1)
+        .build()
+        .expect("runner")
+        .spawn();
+    publish(vec![event(Some("initech"), "order-5", 1)]).await;
+    publish(vec![event(Some("initech"), "order-1", 1), event(Some("acme"), "order-2", 1)]).await;
+    wait_for("initech's events failed and wait", Duration::from_secs(30), || async {
+        (runner.stats().retried >= 2).then_some(())
+    })
+    .await
+    .expect("retried");
+    // Acme's order-1 (the key initech's waiting event has) and order-2 go on while it waits.
+    let mut more: Vec<Event> = (1..=10).map(|seq| event(Some("acme"), "order-1", seq)).collect();
+    more.extend((2..=10).map(|seq| event(Some("acme"), "order-2", seq)));
+    publish(more).await;
+    let all: Vec<i64> = (1..=10).collect();
+    wait_for("acme's events applied during initech's back-off", back_off / 2, || async {
+        let both = (effects(acme.pool(), "order-1").await, effects(acme.pool(), "order-2").await);
+        outbox_testkit::equal(both, (all.clone(), all.clone()))
+    })
+    .await
+    .expect("acme is not held up by initech's back-off");
+    assert_eq!(count_effects(down.pool()).await, 0, "initech is unreachable");
+
+    proxy.heal();
+    wait_for("initech's events applied once it is back", Duration::from_secs(60), || async {
+        outbox_testkit::equal(
+            (effects(down.pool(), "order-1").await, effects(down.pool(), "order-5").await),
+            (vec![1], vec![1]),
+        )
+    })
+    .await
+    .expect("initech catches up");
+    runner.shutdown().await.expect("shutdown");
+    initech.close().await;
+    acme.close().await.expect("drop");
+    down.close().await.expect("drop");
+    h.close().await.expect("cleanup");
+}
