@@ -8,10 +8,12 @@
 //! 2. **Faults**: the 50 databases' backlog again, with two more databases listed: one behind a
 //!    proxy that accepts connections and passes no bytes, one without the outbox's tables. The
 //!    healthy databases' rate against the run without them.
-//! 3. **Latency**: 1,000 events/s committed one per transaction, spread evenly over 48 databases,
-//!    from each `COMMIT` to the event's arrival at a consumer. 48, not 50: each database needs a
-//!    producer connection besides the fleet's, and the server's `max_connections` is 100. Then
-//!    again over 46 with the two faulty databases of phase 2 listed besides.
+//! 3. **Latency**: 1,000 events/s committed one per transaction, spread evenly over the 50
+//!    databases, from each `COMMIT` to the event's arrival at a consumer; then again with the two
+//!    faulty databases of phase 2 listed besides. The fleet holds 51 or 52 connections and the
+//!    server's `max_connections` is 100, so 44 databases get a producer connection of their own and
+//!    the other 6 share one producer that opens a connection per visit (every 100 ms, each database
+//!    gets the events due since the last).
 //!
 //! Figures: `fleet_drain_<n>_dbs_events_per_s`, `fleet_drain_50_over_1_dbs`,
 //! `fleet_peak_rss_<n>_dbs_mib`, `fleet_rss_per_database_kib`, `fleet_connections_<n>_dbs`,
@@ -41,8 +43,12 @@ use crate::wait::{FLOOR, Progress, allow_for, until, within};
 
 /// Databases the benchmark creates.
 const DATABASES: usize = 50;
-/// Databases of the latency phase (see the module's documentation).
-const LATENCY_DATABASES: usize = 48;
+/// Databases whose producer holds a connection through the latency phase (see the module's
+/// documentation); the others' producer connects per visit.
+const HELD_CONNECTIONS: usize = 44;
+/// How often the producer of the other databases commits into each the events due since its last
+/// visit.
+const VISIT: Duration = Duration::from_millis(100);
 
 /// The sizes of a run.
 #[derive(Debug, Clone, Copy)]
@@ -186,8 +192,8 @@ async fn drain(
     Ok(Drained { rate, peak_rss_kib, connections })
 }
 
-/// 1,000 events/s over [`LATENCY_DATABASES`] databases, one producer connection each; commit to
-/// arrival p50 and p99 in milliseconds.
+/// 1,000 events/s over the [`DATABASES`] (a producer each for the first [`HELD_CONNECTIONS`], one
+/// visiting the others); commit to arrival p50 and p99 in milliseconds.
 async fn latency(
     databases: &Databases,
     target: Target<'_>,
@@ -196,8 +202,7 @@ async fn latency(
 ) -> Result<(f64, f64), BoxError> {
     target.purge().await?;
     let arrivals = Arrivals::start(target, u64::MAX, true).await?;
-    // With the two faulty databases listed, two healthy ones fewer: within `max_connections`.
-    let n = if faults.is_some() { LATENCY_DATABASES - 2 } else { LATENCY_DATABASES };
+    let n = DATABASES;
     let list = match faults {
         Some(stalled) => databases.list_with_faults(n, stalled)?,
         None => databases.list(n)?,
@@ -208,12 +213,15 @@ async fn latency(
     // The fleet takes its databases at its second look: wait until every database publishes.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let mut producers = tokio::task::JoinSet::new();
+    // One event per `tick` into each database: 1,000 a second in all.
     let tick = Duration::from_millis(n as u64);
-    for i in 0..n {
-        let options = databases.options(i);
-        let (warmup, window) = (plan.warmup, plan.window);
+    let (warmup, window) = (plan.warmup, plan.window);
+    for i in 0..HELD_CONNECTIONS {
+        let options = vec![databases.options(i)];
         producers.spawn(async move { produce(options, tick, warmup, window, i).await });
     }
+    let visited: Vec<_> = (HELD_CONNECTIONS..n).map(|i| databases.options(i)).collect();
+    producers.spawn(async move { produce(visited, tick, warmup, window, HELD_CONNECTIONS).await });
     let mut commits = Vec::new();
     while let Some(done) = producers.join_next().await {
         commits.extend(done??);
@@ -247,31 +255,49 @@ async fn latency(
     Ok((percentile(&latencies, 0.50), percentile(&latencies, 0.99)))
 }
 
-/// Commits one event per `tick` into one database for `warmup` then `window`; each commit's id,
-/// time, and whether it falls in the window.
+/// Commits one event per `tick` into each database of `sources` for `warmup` then `window`: into
+/// one over a connection held throughout, into several over a connection opened per visit (every
+/// [`VISIT`], the events due since the last). Each commit's id, time, and whether it falls in the
+/// window.
 async fn produce(
-    options: sqlx::postgres::PgConnectOptions,
+    sources: Vec<sqlx::postgres::PgConnectOptions>,
     tick: Duration,
     warmup: Duration,
     window: Duration,
     i: usize,
 ) -> Result<Vec<(Uuid, Instant, bool)>, BoxError> {
-    let mut conn = PgConnection::connect_with(&options).await?;
+    let mut held = match sources.as_slice() {
+        [one] => Some(PgConnection::connect_with(one).await?),
+        _ => None,
+    };
+    let per_visit = if held.is_some() { 1 } else { (VISIT.as_millis() / tick.as_millis()).max(1) as u32 };
     let outbox = Outbox::new();
     // Spread the producers' ticks over one tick.
-    tokio::time::sleep(tick / 48 * (i as u32 % 48)).await;
+    tokio::time::sleep(tick / DATABASES as u32 * (i % DATABASES) as u32).await;
     let started = Instant::now();
-    let mut every = tokio::time::interval(tick);
+    let mut every = tokio::time::interval(tick * per_visit);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut commits = Vec::new();
-    let mut order = 0;
     while started.elapsed() < warmup + window {
         every.tick().await;
-        let measured = started.elapsed() >= warmup;
-        let id = crate::producer::commit_one(&mut conn, &outbox, order % 20).await?;
-        commits.push((id, Instant::now(), measured));
-        order += 1;
+        for source in &sources {
+            let mut visiting = None;
+            let conn = match &mut held {
+                Some(conn) => conn,
+                None => visiting.insert(PgConnection::connect_with(source).await?),
+            };
+            for _ in 0..per_visit {
+                let measured = started.elapsed() >= warmup;
+                let id = crate::producer::commit_one(conn, &outbox, (commits.len() % 20) as i64).await?;
+                commits.push((id, Instant::now(), measured));
+            }
+            if let Some(conn) = visiting {
+                conn.close().await?;
+            }
+        }
     }
-    conn.close().await?;
+    if let Some(conn) = held {
+        conn.close().await?;
+    }
     Ok(commits)
 }
