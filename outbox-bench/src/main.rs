@@ -25,7 +25,7 @@
 //!   it drops duplicates, and the peak RSS of a consumer process ([`consumer`]), which is this
 //!   program run with the hidden command `consumer-process`.
 //! - `fleet`: one fleet of relays over many databases: the same backlog drained over 1, 10 and 50
-//!   databases, the fleet process's RSS and connections, latency over 48 databases ([`fleet`]).
+//!   databases, the fleet process's RSS and connections, latency over the 50 ([`fleet`]).
 //! - `gauges`: the backlog query behind the relays' gauges and `outbox status`, timed with
 //!   1,000,000 pending rows and with 10,000,000 published rows plus 1,000 pending ([`gauges`]).
 //! - `snapshot`: the relay's drain and steady load, the producer and the inbox, each without and
@@ -102,7 +102,7 @@ enum Command {
     #[command(hide = true)]
     ConsumerProcess(consumer::ProcessArgs),
     /// Many databases: one fleet process draining the same backlog over 1, 10 and 50 databases
-    /// (rate, peak RSS, connections), and latency at 1,000 events/s over 48 databases.
+    /// (rate, peak RSS, connections), and latency at 1,000 events/s over the 50.
     Fleet,
     /// Runs a fleet of relays over the databases of a list until SIGTERM, SIGINT or the end of
     /// standard input (the process of the `fleet` benchmark).

@@ -283,6 +283,9 @@ impl Cli {
             let message = "--only picks among the databases of --database or --databases-file: give them";
             return Err(Self::command().error(ErrorKind::ArgumentConflict, message));
         }
+        if let Some(message) = self.refused_with_a_list() {
+            return Err(Self::command().error(ErrorKind::ArgumentConflict, message));
+        }
         if !self.list.only.is_empty() && matches!(self.command, Command::Relay(_)) {
             let message =
                 "--only is not for `outbox relay`, whose processes must share one list: give it a file of its own";
@@ -308,6 +311,21 @@ impl Cli {
             return Err(Self::command().error(ErrorKind::ArgumentConflict, message));
         }
         Ok(())
+    }
+}
+
+impl Cli {
+    /// Why the command cannot take the list of databases, if it cannot.
+    fn refused_with_a_list(&self) -> Option<&'static str> {
+        if !self.list.is_given() {
+            return None;
+        }
+        match &self.command {
+            Command::Grant(grant) if !grant.apply => {
+                Some("`outbox grant` prints the SQL for any database: give --apply to run it in each listed one")
+            }
+            _ => None,
+        }
     }
 }
 

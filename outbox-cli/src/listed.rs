@@ -19,25 +19,30 @@ use crate::signal::Shutdown;
 /// Runs `command` on each database it concerns.
 ///
 /// # Errors
-/// What [`locate`] finds missing; the command's own error when it concerned one database, else
-/// [`CliError::DatabasesFailed`] if it failed on any.
+/// What [`locate`] finds missing; `--metrics-addr` for a replay over several databases; the
+/// command's own error when it concerned one database, else [`CliError::DatabasesFailed`] if it
+/// failed on any.
 pub(crate) async fn run(databases: Vec<FleetDatabase>, timeout: Duration, command: Command) -> Result<(), CliError> {
     let concerned = match Named::of(&command) {
         Some(named) => locate(databases, timeout, &command, &named).await?,
         None => databases.into_iter().map(|database| (database, command.clone())).collect(),
     };
+    if concerned.len() > 1 && serves_metrics(&command) {
+        return Err(CliError::DatabaseList(
+            "--metrics-addr serves one replay's progress: name one database with --only".to_owned(),
+        ));
+    }
     let as_json = json(&command);
     // A replay stops at a signal: the databases after it are not begun.
     let shutdown = if sends(&command) { Some(Shutdown::install()?) } else { None };
     let deadline = if reads(&command) { reading_deadline(timeout) } else { None };
-    let mut outcomes = Vec::with_capacity(concerned.len());
-    // The failure of the one database concerned is the command's (rather than "1 of 1 failed").
-    let mut alone = None;
     let one = concerned.len() == 1;
+    let (mut outcomes, mut outputs, mut last) = (Vec::new(), Vec::new(), None);
     for (database, command) in concerned {
         let name = database.name().to_owned();
         if shutdown.as_ref().is_some_and(Shutdown::is_requested) {
             outcomes.push(Outcome { name, result: Err("not begun: stopped by a signal".to_owned()) });
+            outputs.push(Out::Buffer(String::new()));
             continue;
         }
         if !as_json {
@@ -54,19 +59,30 @@ pub(crate) async fn run(databases: Vec<FleetDatabase>, timeout: Duration, comman
             if !as_json {
                 println!("failed: {why}");
             }
-            alone = Some(e);
+            last = Some(e);
             why
         });
-        outcomes.push(Outcome { name, result: result.map(|()| out) });
+        outcomes.push(Outcome { name, result });
+        outputs.push(out);
     }
     if as_json {
-        println!("{}", to_json(&outcomes));
+        println!("{}", to_json(&outcomes, &outputs));
     } else {
         println!("{}", total_line(&outcomes));
     }
-    match alone {
+    match last {
+        // The failure of the one database concerned is the command's (rather than "1 of 1 failed").
         Some(e) if one => Err(e),
         _ => verdict(&outcomes, "failed"),
+    }
+}
+
+/// Whether the command serves a replay's progress on an address (one process, one job).
+fn serves_metrics(command: &Command) -> bool {
+    match command {
+        Command::Replay { command: ReplayCommand::Start(args) } => args.send.metrics_addr.is_some(),
+        Command::Replay { command: ReplayCommand::Resume(args) } => args.send.metrics_addr.is_some(),
+        _ => false,
     }
 }
 
@@ -101,7 +117,7 @@ fn sends(command: &Command) -> bool {
     matches!(command, Command::Replay { command: ReplayCommand::Start(_) | ReplayCommand::Resume(_) })
 }
 
-fn total_line(outcomes: &[Outcome<Out>]) -> String {
+fn total_line(outcomes: &[Outcome<()>]) -> String {
     let failed: Vec<&str> = outcomes.iter().filter(|o| o.result.is_err()).map(|o| o.name.as_str()).collect();
     let done = outcomes.len() - failed.len();
     match failed.as_slice() {
@@ -110,17 +126,24 @@ fn total_line(outcomes: &[Outcome<Out>]) -> String {
     }
 }
 
-/// One object: each database's JSON (as the command prints it for one) or why it failed.
-fn to_json(outcomes: &[Outcome<Out>]) -> Value {
+/// One object: each database's JSON (as the command prints it for one database, kept when the
+/// command then failed, as a reconciliation that found something missing does), and why it failed.
+fn to_json(outcomes: &[Outcome<()>], outputs: &[Out]) -> Value {
     let databases: Vec<Value> = outcomes
         .iter()
-        .map(|o| match &o.result {
-            Ok(Out::Buffer(text)) => {
-                let result = serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.trim().to_owned()));
-                json!({ "name": o.name, "result": result })
+        .zip(outputs)
+        .map(|(o, out)| {
+            let mut database = json!({ "name": o.name });
+            if let Out::Buffer(text) = out
+                && !text.trim().is_empty()
+            {
+                database["result"] =
+                    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.trim().to_owned()));
             }
-            Ok(Out::Stdout) => json!({ "name": o.name }),
-            Err(why) => json!({ "name": o.name, "error": why }),
+            if let Err(why) = &o.result {
+                database["error"] = json!(why);
+            }
+            database
         })
         .collect();
     let failed = outcomes.iter().filter(|o| o.result.is_err()).count();

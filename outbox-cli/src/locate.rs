@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use outbox_relayer::fleet::FleetDatabase;
-use sqlx::PgConnection;
+use sqlx::{Connection, PgConnection};
 use uuid::Uuid;
 
 use crate::args::{Command, EventsCommand, InboxCommand, QuarantineCommand, ReplayCommand};
@@ -119,7 +119,7 @@ impl Named {
 ///
 /// # Errors
 /// Something named is in no database ([`CliError::NotFoundAmong`] when some could not be read,
-/// else the command's own "no such" error); a single thing in several ([`CliError::FoundInSeveral`]).
+/// else the command's own "no such" error); something in several ([`CliError::FoundInSeveral`]).
 pub(crate) async fn locate(
     databases: Vec<FleetDatabase>,
     timeout: Duration,
@@ -128,7 +128,11 @@ pub(crate) async fn locate(
 ) -> Result<Vec<(FleetDatabase, Command)>, CliError> {
     let outcomes = each(databases.clone(), reading_deadline(timeout), |database| async move {
         let mut conn = crate::connect::within(database.connect_options(), timeout).await?;
-        Ok(named.held(&mut conn).await?)
+        let held = named.held(&mut conn).await;
+        let _ = conn.close().await;
+        // In the order the operator gave them.
+        let held = held?;
+        Ok(named.wanted().into_iter().filter(|id| held.contains(id)).collect::<Vec<Uuid>>())
     })
     .await;
     check(named, &outcomes)?;
@@ -139,7 +143,7 @@ pub(crate) async fn locate(
     Ok(holding.collect())
 }
 
-/// Fails unless everything named was found (a single thing: in exactly one database).
+/// Fails unless everything named was found, each in exactly one database.
 fn check(named: &Named, outcomes: &[Outcome<Vec<Uuid>>]) -> Result<(), CliError> {
     let holders = |id: &Uuid| -> Vec<&str> {
         let holds = |o: &&Outcome<Vec<Uuid>>| o.result.as_ref().is_ok_and(|ids| ids.contains(id));
@@ -157,9 +161,10 @@ fn check(named: &Named, outcomes: &[Outcome<Vec<Uuid>>]) -> Result<(), CliError>
             return Err(CliError::NotFoundAmong(named.describe(&missing), unread.len(), format!("{names} ({why})")));
         }
     }
-    match (named, wanted.first().map(holders).unwrap_or_default().as_slice()) {
-        (Named::Quarantined(_), _) | (_, [_]) => Ok(()),
-        (_, several) => Err(CliError::FoundInSeveral(named.describe(&[]), several.join(", "))),
+    // A copied database: which copy is meant is for --only to say.
+    match wanted.iter().map(|id| (*id, holders(id))).find(|(_, holders)| holders.len() > 1) {
+        None => Ok(()),
+        Some((id, several)) => Err(CliError::FoundInSeveral(named.describe(&[id]), several.join(", "))),
     }
 }
 

@@ -11,9 +11,10 @@
 //! 3. **Latency**: 1,000 events/s committed one per transaction, spread evenly over the 50
 //!    databases, from each `COMMIT` to the event's arrival at a consumer; then again with the two
 //!    faulty databases of phase 2 listed besides. The fleet holds 51 or 52 connections and the
-//!    server's `max_connections` is 100, so 44 databases get a producer connection of their own and
-//!    the other 6 share one producer that opens a connection per visit (every 100 ms, each database
-//!    gets the events due since the last).
+//!    server's `max_connections` is 100, so 42 databases get a producer connection of their own and
+//!    the other 8 share two producers that open a connection per visit (every 100 ms, each database
+//!    gets the events due since the last). Every producer commits the events due by the clock,
+//!    so one that falls behind catches up instead of committing fewer.
 //!
 //! Figures: `fleet_drain_<n>_dbs_events_per_s`, `fleet_drain_50_over_1_dbs`,
 //! `fleet_peak_rss_<n>_dbs_mib`, `fleet_rss_per_database_kib`, `fleet_connections_<n>_dbs`,
@@ -45,7 +46,9 @@ use crate::wait::{FLOOR, Progress, allow_for, until, within};
 const DATABASES: usize = 50;
 /// Databases whose producer holds a connection through the latency phase (see the module's
 /// documentation); the others' producer connects per visit.
-const HELD_CONNECTIONS: usize = 44;
+const HELD_CONNECTIONS: usize = 42;
+/// Producers sharing the other databases, each visiting its share in turn.
+const VISITORS: usize = 2;
 /// How often the producer of the other databases commits into each the events due since its last
 /// visit.
 const VISIT: Duration = Duration::from_millis(100);
@@ -192,8 +195,8 @@ async fn drain(
     Ok(Drained { rate, peak_rss_kib, connections })
 }
 
-/// 1,000 events/s over the [`DATABASES`] (a producer each for the first [`HELD_CONNECTIONS`], one
-/// visiting the others); commit to arrival p50 and p99 in milliseconds.
+/// 1,000 events/s over the [`DATABASES`] (a producer each for the first [`HELD_CONNECTIONS`],
+/// [`VISITORS`] visiting the others); commit to arrival p50 and p99 in milliseconds.
 async fn latency(
     databases: &Databases,
     target: Target<'_>,
@@ -220,8 +223,10 @@ async fn latency(
         let options = vec![databases.options(i)];
         producers.spawn(async move { produce(options, tick, warmup, window, i).await });
     }
-    let visited: Vec<_> = (HELD_CONNECTIONS..n).map(|i| databases.options(i)).collect();
-    producers.spawn(async move { produce(visited, tick, warmup, window, HELD_CONNECTIONS).await });
+    for v in 0..VISITORS {
+        let visited: Vec<_> = (HELD_CONNECTIONS + v..n).step_by(VISITORS).map(|i| databases.options(i)).collect();
+        producers.spawn(async move { produce(visited, tick, warmup, window, HELD_CONNECTIONS + v).await });
+    }
     let mut commits = Vec::new();
     while let Some(done) = producers.join_next().await {
         commits.extend(done??);
@@ -255,10 +260,10 @@ async fn latency(
     Ok((percentile(&latencies, 0.50), percentile(&latencies, 0.99)))
 }
 
-/// Commits one event per `tick` into each database of `sources` for `warmup` then `window`: into
-/// one over a connection held throughout, into several over a connection opened per visit (every
-/// [`VISIT`], the events due since the last). Each commit's id, time, and whether it falls in the
-/// window.
+/// Commits one event per `tick` into each database of `sources` for `warmup` then `window`, by
+/// the clock (the events due so far, so a late producer catches up): into one over a connection
+/// held throughout, into several over a connection opened per visit (every [`VISIT`]). Each
+/// commit's id, time, and whether it falls in the window.
 async fn produce(
     sources: Vec<sqlx::postgres::PgConnectOptions>,
     tick: Duration,
@@ -270,27 +275,32 @@ async fn produce(
         [one] => Some(PgConnection::connect_with(one).await?),
         _ => None,
     };
-    let per_visit = if held.is_some() { 1 } else { (VISIT.as_millis() / tick.as_millis()).max(1) as u32 };
     let outbox = Outbox::new();
     // Spread the producers' ticks over one tick.
     tokio::time::sleep(tick / DATABASES as u32 * (i % DATABASES) as u32).await;
     let started = Instant::now();
-    let mut every = tokio::time::interval(tick * per_visit);
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut every = tokio::time::interval(if held.is_some() { tick } else { VISIT });
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut done = vec![0_u128; sources.len()];
     let mut commits = Vec::new();
     while started.elapsed() < warmup + window {
         every.tick().await;
-        for source in &sources {
+        for (source, done) in sources.iter().zip(&mut done) {
+            let due = started.elapsed().as_nanos() / tick.as_nanos() + 1;
+            if due <= *done {
+                continue;
+            }
             let mut visiting = None;
             let conn = match &mut held {
                 Some(conn) => conn,
                 None => visiting.insert(PgConnection::connect_with(source).await?),
             };
-            for _ in 0..per_visit {
+            for _ in *done..due {
                 let measured = started.elapsed() >= warmup;
                 let id = crate::producer::commit_one(conn, &outbox, (commits.len() % 20) as i64).await?;
                 commits.push((id, Instant::now(), measured));
             }
+            *done = due;
             if let Some(conn) = visiting {
                 conn.close().await?;
             }

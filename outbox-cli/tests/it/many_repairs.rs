@@ -104,6 +104,32 @@ async fn an_event_named_by_its_id_is_found_in_its_database_and_repaired_there() 
     assert!(err.contains("is in several databases (tenant-a, tenant-b): name the one meant with --only"), "{err}");
     let (code, text, err) = outbox(&[&["events", "show", &twice, "--only", "tenant-b"], &list[..]].concat()).await;
     assert_eq!((code, sections(&text)), (Some(0), vec!["tenant-b"]), "{text}{err}");
+    quarantine(&a, &in_a[2..]).await;
+    quarantine(&b, &in_a[2..]).await;
+    let (code, _, err) = outbox(&[&["quarantine", "retry", &in_a[1].to_string(), &twice], &list[..]].concat()).await;
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(&format!("quarantined event(s) {twice} is in several databases (tenant-a, tenant-b)")),
+        "{err}"
+    );
+    assert_eq!(status_of(&a, in_a[1]).await, "quarantined", "nothing changed");
+    assert_eq!(status_of(&b, in_a[2]).await, "quarantined", "nothing changed");
+
+    // A reconciliation that finds a change without its event: the report is kept beside the error.
+    let changes = dir.join("changes.sql");
+    std::fs::write(&changes, "SELECT '00000000-0000-0000-0000-000000000001'::uuid").expect("changes");
+    let changes = changes.to_str().expect("path");
+    let (code, text, err) = outbox(&[&["reconcile", "--changes-sql", changes, "--json"], &list[..]].concat()).await;
+    assert_eq!(code, Some(1), "{err}");
+    let json: serde_json::Value = serde_json::from_str(&text).expect("one JSON object");
+    assert!(json["databases"][0]["result"].is_object(), "the report is kept: {json}");
+    assert!(json["databases"][0]["error"].as_str().is_some_and(|e| e.contains("without an event")), "{json}");
+    assert_eq!(json["failed"], 2, "{json}");
+
+    // `grant` prints SQL for any database: a list is for --apply.
+    let (code, _, err) = outbox(&[&["grant"], &list[..]].concat()).await;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("give --apply to run it in each listed one"), "{err}");
 
     // A listing: each database's under its name, as one JSON object.
     let (code, text, err) = outbox(&[&["events", "list", "--entity", "order-0", "--json"], &list[..]].concat()).await;
@@ -210,8 +236,11 @@ async fn a_replay_over_the_list_runs_a_job_in_each_database_and_the_jobs_are_fou
     let list = ["--databases-file", file.as_str()];
     let amqp = outbox_testkit::amqp_url();
 
-    let (code, text, err) =
-        outbox(&[&["replay", "start", "--all", "--to-queue", &queue, "--amqp-url", &amqp], &list[..]].concat()).await;
+    let start = ["replay", "start", "--all", "--to-queue", &queue, "--amqp-url", &amqp];
+    let (code, _, err) = outbox(&[&start[..], &["--metrics-addr", "127.0.0.1:0"], &list[..]].concat()).await;
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("--metrics-addr serves one replay's progress: name one database with --only"), "{err}");
+    let (code, text, err) = outbox(&[&start[..], &list[..]].concat()).await;
     assert_eq!(code, Some(0), "{text}{err}");
     assert_eq!(sections(&text), ["acme", "globex"], "{text}");
     assert!(text.contains("12 of 12 events sent") && text.contains("5 of 5 events sent"), "{text}");
