@@ -5,6 +5,7 @@
 
 mod encryption;
 mod fencing;
+mod fleet_outage;
 mod horizon;
 mod low_water;
 mod outages;
