@@ -10,17 +10,19 @@
 //!    healthy databases' rate against the run without them.
 //! 3. **Latency**: 1,000 events/s committed one per transaction, spread evenly over the 50
 //!    databases, from each `COMMIT` to the event's arrival at a consumer; then again with the two
-//!    faulty databases of phase 2 listed besides. The fleet holds 51 or 52 connections and the
-//!    server's `max_connections` is 100, so 42 databases get a producer connection of their own and
-//!    the other 8 share two producers that open a connection per visit (every 100 ms, each database
-//!    gets the events due since the last). Every producer commits the events due by the clock,
-//!    so one that falls behind catches up instead of committing fewer.
+//!    faulty databases of phase 2 listed besides, and once more without them (the runs before
+//!    and after bracket the drift of tables that grow from phase to phase). The fleet holds 51
+//!    or 52 connections and the server's `max_connections` is 100, so 42 databases get a
+//!    producer connection of their own and the other 8 share two producers that open a
+//!    connection per visit (every 100 ms, each database gets the events due since the last).
+//!    Every producer commits the events due by the clock, so one that falls behind catches up
+//!    instead of committing fewer.
 //!
 //! Figures: `fleet_drain_<n>_dbs_events_per_s`, `fleet_drain_50_over_1_dbs`,
 //! `fleet_peak_rss_<n>_dbs_mib`, `fleet_rss_per_database_kib`, `fleet_connections_<n>_dbs`,
 //! `fleet_drain_50_dbs_with_2_faulty_events_per_s`, `fleet_drain_faulty_over_healthy`,
 //! `fleet_latency_p50_ms`, `fleet_latency_p99_ms`, `fleet_latency_with_2_faulty_p50_ms`,
-//! `fleet_latency_with_2_faulty_p99_ms`.
+//! `fleet_latency_with_2_faulty_p99_ms`, `fleet_latency_again_p50_ms`, `fleet_latency_again_p99_ms`.
 
 mod databases;
 mod process;
@@ -122,6 +124,10 @@ async fn bench(broker: &TestBroker, plan: Plan) -> Result<(), BoxError> {
     let (p50, p99) = latency(&databases, target, plan, Some(stalled.addr())).await?;
     figure("fleet_latency_with_2_faulty_p50_ms", Value::Millis(p50), "ms");
     figure("fleet_latency_with_2_faulty_p99_ms", Value::Millis(p99), "ms");
+    // Without them again: the healthy runs on both sides bracket the drift of a growing table.
+    let (p50, p99) = latency(&databases, target, plan, None).await?;
+    figure("fleet_latency_again_p50_ms", Value::Millis(p50), "ms");
+    figure("fleet_latency_again_p99_ms", Value::Millis(p99), "ms");
     comment(format_args!("fleet: {}", steal.describe()));
     Ok(())
 }

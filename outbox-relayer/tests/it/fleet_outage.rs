@@ -57,7 +57,7 @@ async fn a_broker_outage_pauses_every_database_of_a_fleet_and_charges_no_event()
         .databases(databases)
         .look_every(Duration::from_millis(200))
         .relay(move |relay| {
-            relay.exchange(exchange.clone()).declare_exchange(false).batch_size(50).retry_policy(policy.clone())
+            relay.exchange(exchange.clone()).declare_exchange(false).batch_size(50).retry_policy(policy)
         })
         .build()
         .expect("fleet")
