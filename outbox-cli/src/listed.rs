@@ -114,7 +114,11 @@ fn reads(command: &Command) -> bool {
 
 /// Whether the command sends events (a replay run, which a signal stops).
 fn sends(command: &Command) -> bool {
-    matches!(command, Command::Replay { command: ReplayCommand::Start(_) | ReplayCommand::Resume(_) })
+    match command {
+        Command::Replay { command: ReplayCommand::Start(args) } => !args.dry_run && !args.no_run,
+        Command::Replay { command: ReplayCommand::Resume(_) } => true,
+        _ => false,
+    }
 }
 
 fn total_line(outcomes: &[Outcome<()>]) -> String {

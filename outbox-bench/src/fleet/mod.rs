@@ -289,8 +289,11 @@ async fn produce(
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut done = vec![0_u128; sources.len()];
     let mut commits = Vec::new();
-    while started.elapsed() < warmup + window {
+    loop {
         every.tick().await;
+        if started.elapsed() >= warmup + window {
+            break;
+        }
         for (source, done) in sources.iter().zip(&mut done) {
             let due = started.elapsed().as_nanos() / tick.as_nanos() + 1;
             if due <= *done {
