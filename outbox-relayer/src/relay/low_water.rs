@@ -62,7 +62,7 @@ impl LowWater {
         self.position.load(Ordering::SeqCst)
     }
 
-    /// A claim took rows: the low water may move.
+    /// A claim took rows, or a batch's rows were published: the low water may move.
     pub(super) fn claimed(&self) {
         self.claimed.store(true, Ordering::SeqCst);
     }

@@ -32,6 +32,11 @@ pub(super) async fn record<P>(
     report.published = published.len();
     report.lost_claims += r.lost(published.len(), owned);
     shared.tally.published(owned);
+    if owned > 0 {
+        // Rows left the queue: the low water may move past them, and no claim may follow soon to
+        // say so (a look while they were in flight found them pending and kept the low water).
+        shared.low_water.claimed();
+    }
     if let Some(every) = shared.settings.vacuum_after
         && shared.published_since_vacuum.fetch_add(owned, Ordering::Relaxed) + owned >= every
     {
