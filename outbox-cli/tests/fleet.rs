@@ -165,7 +165,7 @@ fn relay(file: &std::path::Path, exchange: &str, port: u16) -> Running {
         .args(["--fleet-database", "tenant-0"])
         .args(["--metrics-addr", &format!("127.0.0.1:{port}")])
         .env("AMQP_URL", outbox_testkit::amqp_url())
-        .env("RUST_LOG", "warn");
+        .env("RUST_LOG", "info");
     Running::spawn(cmd)
 }
 
@@ -376,6 +376,8 @@ async fn fleet(load: Load) {
             faults.iter().any(|l| l.contains(name.as_str())),
             "{name} is faulty and no warning says so: {faults:#?}"
         );
+        let resumed = lines.iter().chain(&b_lines).any(|l| l.contains(name.as_str()) && l.contains("claims resume"));
+        assert!(resumed, "{name} was repaired and no line says that its claims resumed");
         let first = faults.iter().find(|l| l.contains(name.as_str()));
         eprintln!(
             "fleet: {name}: {} warnings, the first: {first:?}",
@@ -386,9 +388,35 @@ async fn fleet(load: Load) {
         faults.iter().all(|l| names.iter().any(|n| l.contains(n.as_str())) || l.contains("members")),
         "every warning names a faulty database: {faults:?}"
     );
+    // A fault is reported, not repeated at every retry: each relay says each trouble once.
+    let mut said = std::collections::BTreeMap::<(&str, &str), usize>::new();
+    for line in &faults {
+        if let (Some(relay), Some(message)) = (field(line, "relay_id"), message(line)) {
+            *said.entry((relay, message)).or_default() += 1;
+        }
+    }
+    assert!(!said.is_empty() && said.values().all(|n| *n == 1), "a relay repeated a warning: {said:#?}");
     drop(proxy);
     let _ = std::fs::remove_dir_all(&dir);
     drop(recorder);
     broker.close().await.expect("broker cleanup");
     drop(databases);
+}
+
+/// The value of the field `name` of a log line's span (`relay_id=relay-1-ab12`).
+fn field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    let rest = &line[line.find(&format!("{name}="))? + name.len() + 1..];
+    Some(&rest[..rest.find([' ', '}']).unwrap_or(rest.len())])
+}
+
+/// The message of a log line: after its target (`outbox_relayer::relay::tasks: `), before its
+/// first field (` error=...`).
+fn message(line: &str) -> Option<&str> {
+    let rest = &line[line.find("outbox_relayer::")?..];
+    let rest = &rest[rest.find(": ")? + 2..];
+    let is_field = |w: &str| {
+        w.split_once('=').is_some_and(|(k, _)| !k.is_empty() && k.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+    };
+    let end = rest.match_indices(' ').map(|(i, _)| i).find(|&i| is_field(&rest[i + 1..])).unwrap_or(rest.len());
+    Some(&rest[..end])
 }

@@ -48,9 +48,13 @@ impl HealthState {
         self.broker_paused.store(paused, Ordering::Relaxed);
     }
 
-    /// A claim reached the database (`true`) or failed on it (`false`).
+    /// A claim reached the database (`true`) or failed on it (`false`). The first claim to reach
+    /// it after failures says so at INFO (the failure was said at WARN).
     pub(super) fn database_answered(&self, answered: bool) {
-        self.database_failing.store(!answered, Ordering::Relaxed);
+        let was_failing = self.database_failing.swap(!answered, Ordering::Relaxed);
+        if answered && was_failing {
+            tracing::info!("the database answers again; claims resume");
+        }
     }
 
     /// The relay runs (again).

@@ -25,20 +25,31 @@ pub(super) async fn join_next_error(tasks: &mut JoinSet<Result<()>>) -> Result<(
     std::future::pending().await
 }
 
-/// Periodic housekeeping: release rows held behind events that are no longer quarantined.
+/// Periodic housekeeping: release rows held behind events that are no longer quarantined. A
+/// failure is said at WARN once, then at DEBUG until a check succeeds again: a database that is
+/// down or unmigrated for hours is reported, not repeated every few seconds.
 pub(super) async fn maintain<P: Publisher>(shared: Arc<Shared<P>>) {
     // Every 30 polls (30 s by default).
     let mut tick = tokio::time::interval(shared.settings.poll_interval * 30);
+    let mut failing = false;
     loop {
         tick.tick().await;
         match outbox_ops::admin::release_held(&shared.pool).await {
-            Ok(0) => {}
             Ok(n) => {
-                tracing::info!(released = n, "rows held behind a formerly quarantined event are due again");
-                shared.low_water.ask_below();
-                shared.wake.notify_waiters();
+                if std::mem::take(&mut failing) {
+                    tracing::info!("held rows are re-checked again");
+                }
+                if n > 0 {
+                    tracing::info!(released = n, "rows held behind a formerly quarantined event are due again");
+                    shared.low_water.ask_below();
+                    shared.wake.notify_waiters();
+                }
             }
-            Err(e) => tracing::warn!(error = %e, "could not re-check held rows"),
+            Err(e) if failing => tracing::debug!(error = %e, "still cannot re-check held rows"),
+            Err(e) => {
+                tracing::warn!(error = %e, every_ms = tick.period().as_millis() as u64, "could not re-check held rows; trying again");
+                failing = true;
+            }
         }
     }
 }
