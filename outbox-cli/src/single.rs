@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use sqlx::PgPool;
 use sqlx::postgres::PgConnectOptions;
 
 use crate::args::Command;
@@ -24,48 +25,36 @@ pub(crate) async fn run(
         Command::Migrate { outbox_only, inbox_only } => migrate::run(options, timeout, outbox_only, inbox_only).await,
         Command::Status { json } => {
             let conn = connect::within(&options, timeout).await?;
-            let pool = connect::pool(options, timeout);
-            let outcome = status::run(conn, &pool, json).await;
-            pool.close().await;
-            outcome
+            on(connect::pool(options, timeout), async |pool| status::run(conn, pool, json).await).await
         }
         Command::Relay(args) => relay::run(options, timeout, *args).await,
         Command::Events { command } => {
-            let pool = schema::outbox_pool(options, timeout).await?;
-            let outcome = events::run(&pool, command, out).await;
-            pool.close().await;
-            outcome
+            on(schema::outbox_pool(options, timeout).await?, async |pool| events::run(pool, command, out).await).await
         }
         Command::Quarantine { command } => {
-            let pool = schema::outbox_pool(options, timeout).await?;
-            let outcome = quarantine::run(&pool, command, out).await;
-            pool.close().await;
-            outcome
+            on(schema::outbox_pool(options, timeout).await?, async |pool| quarantine::run(pool, command, out).await)
+                .await
         }
         Command::Cleanup(args) => {
-            let pool = cleanup::open(options, timeout, &args).await?;
-            let outcome = cleanup::run(&pool, args).await;
-            pool.close().await;
-            outcome
+            on(cleanup::open(options, timeout, &args).await?, async |pool| cleanup::run(pool, args).await).await
         }
         Command::Grant(args) => grant::apply(&args, &options, timeout).await,
         Command::Reconcile(args) => {
-            let pool = schema::outbox_pool(options, timeout).await?;
-            let outcome = reconcile::run(&pool, args, out).await;
-            pool.close().await;
-            outcome
+            on(schema::outbox_pool(options, timeout).await?, async |pool| reconcile::run(pool, args, out).await).await
         }
         Command::Replay { command } => {
             let pool = schema::outbox_pool(options.clone(), timeout).await?;
-            let outcome = replay::run(&pool, options, command, out).await;
-            pool.close().await;
-            outcome
+            on(pool, async |pool| replay::run(pool, options, command, out).await).await
         }
         Command::Inbox { command } => {
-            let pool = schema::inbox_pool(options, timeout).await?;
-            let outcome = inbox::run(&pool, command, out).await;
-            pool.close().await;
-            outcome
+            on(schema::inbox_pool(options, timeout).await?, async |pool| inbox::run(pool, command, out).await).await
         }
     }
+}
+
+/// Runs `command` with `pool`, then closes the pool, whatever the outcome.
+async fn on(pool: PgPool, command: impl AsyncFnOnce(&PgPool) -> Result<(), CliError>) -> Result<(), CliError> {
+    let outcome = command(&pool).await;
+    pool.close().await;
+    outcome
 }
