@@ -38,11 +38,24 @@ pub(crate) struct Sample {
 }
 
 /// CPU milliseconds spent during a phase, by part.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(crate) struct Spent {
     pub(crate) process: f64,
     pub(crate) postgres: f64,
     pub(crate) broker: f64,
+}
+
+impl std::ops::Add for Spent {
+    type Output = Spent;
+
+    /// The CPU of two phases together.
+    fn add(self, other: Spent) -> Spent {
+        Spent {
+            process: self.process + other.process,
+            postgres: self.postgres + other.postgres,
+            broker: self.broker + other.broker,
+        }
+    }
 }
 
 impl Meter {

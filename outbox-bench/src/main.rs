@@ -9,6 +9,7 @@
 //! cargo run --release -p outbox-bench -- consumer --quick   # smoke run, under 20 seconds
 //! cargo run --release -p outbox-bench -- fleet              # full run, about three minutes
 //! cargo run --release -p outbox-bench -- fleet --quick      # smoke run, about a minute
+//! cargo run --release -p outbox-bench -- fleet --latency-only --faulty-phases 6   # latency only
 //! cargo run --release -p outbox-bench -- gauges             # full run, about five minutes
 //! cargo run --release -p outbox-bench -- gauges --quick     # smoke run, under a minute
 //! cargo run --release -p outbox-bench -- snapshot           # full run, about 105 minutes
@@ -103,7 +104,7 @@ enum Command {
     ConsumerProcess(consumer::ProcessArgs),
     /// Many databases: one fleet process draining the same backlog over 1, 10 and 50 databases
     /// (rate, peak RSS, connections), and latency at 1,000 events/s over the 50.
-    Fleet,
+    Fleet(fleet::Args),
     /// Runs a fleet of relays over the databases of a list until SIGTERM, SIGINT or the end of
     /// standard input (the process of the `fleet` benchmark).
     #[command(hide = true)]
@@ -127,7 +128,7 @@ async fn main() -> ExitCode {
         Command::RelayProcess(args) => relay::process(args).await,
         Command::Consumer => consumer::run(consumer::Plan::new(cli.quick)).await,
         Command::ConsumerProcess(args) => consumer::process(args).await,
-        Command::Fleet => fleet::run(fleet::Plan::new(cli.quick)).await,
+        Command::Fleet(args) => fleet::run(fleet::Plan::new(&args, cli.quick)).await,
         Command::FleetProcess(args) => fleet::process(args).await,
         Command::Gauges => gauges::run(gauges::Plan::new(cli.quick)).await,
         Command::Snapshot(args) => snapshot::run(args, cli.quick).await,

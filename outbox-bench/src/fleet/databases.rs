@@ -11,6 +11,9 @@ use sqlx::{ConnectOptions, Connection, PgConnection};
 use crate::error::BoxError;
 use crate::producer::event;
 
+/// `application_name` of the fleet process's connections (set in the list), to find its backends.
+pub(super) const APPLICATION_NAME: &str = "outbox-bench-fleet";
+
 /// The benchmark's databases.
 pub(super) struct Databases {
     admin: PgConnectOptions,
@@ -49,7 +52,7 @@ impl Databases {
 
     /// A list file of the first `n` databases; its path.
     pub(super) fn list(&self, n: usize) -> Result<PathBuf, BoxError> {
-        let text: String = (0..n).map(|i| format!("tenant-{i} {}\n", self.options(i).to_url_lossy())).collect();
+        let text: String = (0..n).map(|i| format!("tenant-{i} {}\n", listed(&self.options(i)))).collect();
         let path = self.dir.join(format!("databases-{n}"));
         std::fs::write(&path, text)?;
         Ok(path)
@@ -62,7 +65,7 @@ impl Databases {
         let path = self.list(n)?;
         let down = self.options(0).host(&stalled.ip().to_string()).port(stalled.port());
         let bare = self.admin.clone().database(&format!("{}_bare", self.prefix));
-        let faults = format!("down {}\nunmigrated {}\n", down.to_url_lossy(), bare.to_url_lossy());
+        let faults = format!("down {}\nunmigrated {}\n", listed(&down), listed(&bare));
         let text = std::fs::read_to_string(&path)? + &faults;
         let path = self.dir.join(format!("databases-{n}-with-faults"));
         std::fs::write(&path, text)?;
@@ -83,6 +86,12 @@ impl Databases {
         use std::net::ToSocketAddrs;
         let mut addrs = (self.admin.get_host(), self.admin.get_port()).to_socket_addrs()?;
         Ok(addrs.next().ok_or("the database server's host has no address")?)
+    }
+
+    /// A pool of one admin connection.
+    pub(super) async fn admin_pool(&self) -> Result<sqlx::PgPool, BoxError> {
+        let pool = sqlx::postgres::PgPoolOptions::new().max_connections(1);
+        Ok(pool.connect_with(self.admin.clone()).await?)
     }
 
     /// An admin connection (to the server's own database).
@@ -137,6 +146,12 @@ impl Drop for Databases {
             eprintln!("outbox-bench: the fleet's databases were not all dropped: {e}");
         }
     }
+}
+
+/// The URL of `options` as the list holds it, naming the fleet process's connections
+/// [`APPLICATION_NAME`] (a URL built from options leaves the name out).
+fn listed(options: &PgConnectOptions) -> String {
+    format!("{}&application_name={APPLICATION_NAME}", options.to_url_lossy())
 }
 
 async fn execute(conn: &mut PgConnection, sql: &str) -> Result<(), BoxError> {
