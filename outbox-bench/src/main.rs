@@ -7,7 +7,7 @@
 //! cargo run --release -p outbox-bench -- relay --quick      # smoke run, under a minute
 //! cargo run --release -p outbox-bench -- consumer           # full run, two to four minutes
 //! cargo run --release -p outbox-bench -- consumer --quick   # smoke run, under 20 seconds
-//! cargo run --release -p outbox-bench -- fleet              # full run, about three minutes
+//! cargo run --release -p outbox-bench -- fleet              # full run, about six minutes
 //! cargo run --release -p outbox-bench -- fleet --quick      # smoke run, about a minute
 //! cargo run --release -p outbox-bench -- fleet --latency-only --faulty-phases 6   # latency only
 //! cargo run --release -p outbox-bench -- gauges             # full run, about five minutes

@@ -376,7 +376,8 @@ async fn fleet(load: Load) {
             faults.iter().any(|l| l.contains(name.as_str())),
             "{name} is faulty and no warning says so: {faults:#?}"
         );
-        let resumed = lines.iter().chain(&b_lines).any(|l| l.contains(name.as_str()) && l.contains("claims resume"));
+        let resumed =
+            lines.iter().chain(&b_lines).any(|l| l.contains(name.as_str()) && l.contains("the database answers again"));
         assert!(resumed, "{name} was repaired and no line says that its claims resumed");
         let first = faults.iter().find(|l| l.contains(name.as_str()));
         eprintln!(

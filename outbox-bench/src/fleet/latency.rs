@@ -7,8 +7,8 @@
 //! with the mean of the two phases around it, so that the drift of tables growing from phase to
 //! phase, and of a host whose speed wanders, falls on both sides of the comparison.
 //!
-//! The fleet holds 51 or 52 connections and the server's `max_connections` is 100, so 42 databases
-//! get a producer connection of their own and the other 8 share two producers that open a
+//! The fleet holds 51 or 52 connections, the CPU meter one, and the server's `max_connections` is
+//! 100 (3 of them for superusers only), so 42 databases get a producer connection of their own and the other 8 share two producers that open a
 //! connection per visit (every 100 ms, each database gets the events due since the last). Every
 //! producer commits the events due by the clock, so one that falls behind catches up instead of
 //! committing fewer.

@@ -9,8 +9,9 @@
 //!    proxy that accepts connections and passes no bytes, one without the outbox's tables. The
 //!    healthy databases' rate against the run without them.
 //! 3. **Latency**: 1,000 events/s committed one per transaction, spread evenly over the 50
-//!    databases, from each `COMMIT` to the event's arrival at a consumer, in five phases: without
-//!    the faulty databases of phase 2, with them, without, with, without (see [`latency`]).
+//!    databases, from each `COMMIT` to the event's arrival at a consumer, in 2N + 1 phases:
+//!    without the faulty databases of phase 2, with them, without, ... (`--faulty-phases N`, 2 by
+//!    default; see [`latency`]).
 //!
 //! Figures: `fleet_drain_<n>_dbs_events_per_s`, `fleet_drain_50_over_1_dbs`,
 //! `fleet_peak_rss_<n>_dbs_mib`, `fleet_rss_per_database_kib`, `fleet_connections_<n>_dbs`,

@@ -281,11 +281,17 @@ async fn claim_and_dispatch<P: Publisher>(
         }
         Err(Error::Crashed) => Err(Error::Crashed),
         Err(e) => {
-            tracing::warn!(error = %e, kind = %e.kind(), "relay claim failed; retrying");
-            if matches!(e, Error::Database(_)) {
+            // A database failing claim after claim is said once, at WARN (the first to reach it
+            // again says so at INFO); any other failure every time.
+            let database = matches!(e, Error::Database(_));
+            if database && shared.health.database_answered(false) {
+                tracing::debug!(error = %e, kind = %e.kind(), "relay claim failed again; retrying");
+            } else {
+                tracing::warn!(error = %e, kind = %e.kind(), "relay claim failed; retrying");
+            }
+            if database {
                 // The claim may have taken rows before its answer was lost.
                 flight.orphaned.push(token);
-                shared.health.database_answered(false);
             }
             Ok(Next::Wait(Some(flight.database_failed())))
         }

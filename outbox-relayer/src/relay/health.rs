@@ -48,13 +48,15 @@ impl HealthState {
         self.broker_paused.store(paused, Ordering::Relaxed);
     }
 
-    /// A claim reached the database (`true`) or failed on it (`false`). The first claim to reach
-    /// it after failures says so at INFO (the failure was said at WARN).
-    pub(super) fn database_answered(&self, answered: bool) {
+    /// A claim reached the database (`true`) or failed on it (`false`); returns whether the
+    /// claim before had failed on it too. The first claim to reach it after failures says so at
+    /// INFO (the failure was said at WARN).
+    pub(super) fn database_answered(&self, answered: bool) -> bool {
         let was_failing = self.database_failing.swap(!answered, Ordering::Relaxed);
         if answered && was_failing {
             tracing::info!("the database answers again; claims resume");
         }
+        was_failing
     }
 
     /// The relay runs (again).
@@ -90,9 +92,11 @@ mod tests {
         assert!(!before.is_ready(), "not ready before the loop runs");
         state.went_round(false);
         assert!(state.snapshot().is_ready());
-        state.database_answered(false);
+        assert!(!state.database_answered(false), "the first failure follows none");
         assert!(!state.snapshot().is_ready(), "a failing database is not ready");
-        state.database_answered(true);
+        assert!(state.database_answered(false), "the second follows the first");
+        assert!(state.database_answered(true), "the answer ends a run of failures");
+        assert!(!state.database_answered(true));
         state.went_round(true);
         assert!(!state.snapshot().is_ready(), "a relay paused by a broker outage is not ready");
         assert!(state.snapshot().is_live(Duration::from_secs(1)), "but it is alive");

@@ -25,18 +25,34 @@ pub(super) async fn join_next_error(tasks: &mut JoinSet<Result<()>>) -> Result<(
     std::future::pending().await
 }
 
-/// Periodic housekeeping: release rows held behind events that are no longer quarantined. A
-/// failure is said at WARN once, then at DEBUG until a check succeeds again: a database that is
-/// down or unmigrated for hours is reported, not repeated every few seconds.
+/// A task's failures in a row: the first is said at WARN, the next ones at DEBUG, and the first
+/// success after them at INFO, so that a database down or unmigrated for hours is reported, not
+/// repeated at every retry.
+#[derive(Debug, Default)]
+struct Failing(bool);
+
+impl Failing {
+    /// A failure: whether it follows another (said at DEBUG, not WARN).
+    fn again(&mut self) -> bool {
+        std::mem::replace(&mut self.0, true)
+    }
+
+    /// A success: whether it ends a run of failures (said at INFO).
+    fn cleared(&mut self) -> bool {
+        std::mem::take(&mut self.0)
+    }
+}
+
+/// Periodic housekeeping: release rows held behind events that are no longer quarantined.
 pub(super) async fn maintain<P: Publisher>(shared: Arc<Shared<P>>) {
     // Every 30 polls (30 s by default).
     let mut tick = tokio::time::interval(shared.settings.poll_interval * 30);
-    let mut failing = false;
+    let mut failing = Failing::default();
     loop {
         tick.tick().await;
         match outbox_ops::admin::release_held(&shared.pool).await {
             Ok(n) => {
-                if std::mem::take(&mut failing) {
+                if failing.cleared() {
                     tracing::info!("held rows are re-checked again");
                 }
                 if n > 0 {
@@ -45,11 +61,9 @@ pub(super) async fn maintain<P: Publisher>(shared: Arc<Shared<P>>) {
                     shared.wake.notify_waiters();
                 }
             }
-            Err(e) if failing => tracing::debug!(error = %e, "still cannot re-check held rows"),
-            Err(e) => {
-                tracing::warn!(error = %e, every_ms = tick.period().as_millis() as u64, "could not re-check held rows; trying again");
-                failing = true;
-            }
+            Err(e) if failing.again() => tracing::debug!(error = %e, "still cannot re-check held rows"),
+            Err(e) => tracing::warn!(error = %e, every_ms = tick.period().as_millis() as u64,
+                "could not re-check held rows; trying again"),
         }
     }
 }
@@ -168,18 +182,26 @@ pub(super) async fn gauges<P: Publisher>(shared: Arc<Shared<P>>) {
 }
 
 /// Deletes old final rows every `retention_interval`, if the relay runs retention. A failure is
-/// logged and tried again at the next interval.
+/// tried again at the next interval (said at WARN once, see [`Failing`]).
 pub(super) async fn retention<P: Publisher>(shared: Arc<Shared<P>>) {
     let Some(retention) = shared.settings.retention.clone() else {
         return;
     };
     let mut tick = tokio::time::interval(shared.settings.retention_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failing = Failing::default();
     loop {
         tick.tick().await;
         match retention.run(&shared.pool).await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(deleted = n, "outbox.retention: old final rows deleted"),
+            Ok(n) => {
+                if failing.cleared() {
+                    tracing::info!("outbox retention runs again");
+                }
+                if n > 0 {
+                    tracing::info!(deleted = n, "outbox.retention: old final rows deleted");
+                }
+            }
+            Err(e) if failing.again() => tracing::debug!(error = %e, "outbox retention failed again"),
             Err(e) => tracing::warn!(error = %e, "outbox retention failed; trying again at the next interval"),
         }
     }
