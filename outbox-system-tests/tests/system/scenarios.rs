@@ -477,7 +477,11 @@ async fn scenario_07_rejected_payload_is_quarantined_others_flow() {
     .await
     .expect("gap");
     let inbox = InboxLayer::new(h.consumer_pool().clone(), h.consumer_name()).layer(tower::service_fn(ship));
-    assert_eq!(inbox.skip_gap("A").await.expect("skip gap"), 2);
+    // The skip applies the two parked events, unless the running consumer's sweep of parked
+    // events, which may run right after the skip's commit, applies some of them first: either
+    // way both are applied, once and in order, when the skip returns.
+    let applied = inbox.skip_gap("A").await.expect("skip gap");
+    assert!(applied <= 2, "{applied} applied by the skip");
 
     let shipped = shipped(&h).await;
     assert_eq!(shipped.get("A"), Some(&vec![2, 3]), "A continues after the skipped 1");
