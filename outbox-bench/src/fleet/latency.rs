@@ -28,7 +28,7 @@ use crate::cpu::{Meter, Spent};
 use crate::error::BoxError;
 use crate::figure::{Value, comment, figure};
 use crate::process::Subprocess;
-use crate::relay::{Arrivals, Target, percentile};
+use crate::relay::{Arrivals, Commit, Target, latencies, percentile};
 use crate::wait::{FLOOR, Progress, until};
 
 /// Databases whose producer holds a connection through a phase; the others' producer connects
@@ -47,10 +47,6 @@ struct Phase {
     spent: Spent,
     events: u64,
 }
-
-/// A commit of a producer: the event, when its `COMMIT` returned, and whether it falls in the
-/// measured window (after the warm-up).
-type Commit = (Uuid, Instant, bool);
 
 /// Runs the phases and prints the figures: `fleet_latency_p50_ms` and `_p99_ms` (the median of
 /// the phases without faults), `fleet_latency_with_2_faulty_p50_ms` and `_p99_ms` (the median of
@@ -138,7 +134,7 @@ async fn phase(
     comment(format_args!(
         "fleet latency: {} events committed in {:?} over {DATABASES} databases{}: p50 {p50:.2} ms, p99 {p99:.2} ms; \
          the fleet process spent {:.0} ms of CPU",
-        commits.iter().filter(|c| c.2).count(),
+        commits.iter().filter(|c| c.measured).count(),
         plan.window,
         if faults.is_some() { " and 2 faulty ones listed" } else { "" },
         spent.process
@@ -148,16 +144,10 @@ async fn phase(
 
 /// Commit to first arrival p50 and p99, in milliseconds, of the commits in the measured window.
 fn percentiles(commits: &[Commit], arrived: Vec<(Uuid, Instant)>) -> Result<(f64, f64), BoxError> {
-    let first: std::collections::HashMap<Uuid, Instant> = arrived.into_iter().rev().collect();
-    let mut latencies: Vec<f64> = commits
-        .iter()
-        .filter(|(_, _, measured)| *measured)
-        .filter_map(|(id, at, _)| first.get(id).map(|a| a.saturating_duration_since(*at).as_secs_f64() * 1e3))
-        .collect();
+    let latencies = latencies(commits, arrived);
     if latencies.is_empty() {
         return Err("no event of the latency phase arrived".into());
     }
-    latencies.sort_by(f64::total_cmp);
     Ok((percentile(&latencies, 0.50), percentile(&latencies, 0.99)))
 }
 
@@ -223,7 +213,7 @@ async fn produce(
             for _ in *done..due {
                 let measured = started.elapsed() >= warmup;
                 let id = crate::producer::commit_one(conn, &outbox, (commits.len() % 20) as i64).await?;
-                commits.push((id, Instant::now(), measured));
+                commits.push(Commit { id, at: Instant::now(), measured });
             }
             *done = due;
             if let Some(conn) = visiting {

@@ -50,12 +50,12 @@ pub(super) struct Latency {
 
 /// One committed event of the latency phase.
 #[derive(Debug)]
-struct Commit {
-    id: Uuid,
+pub(crate) struct Commit {
+    pub(crate) id: Uuid,
     /// When `COMMIT` returned.
-    at: Instant,
+    pub(crate) at: Instant,
     /// Whether its tick fell in the measured window (not the warm-up).
-    measured: bool,
+    pub(crate) measured: bool,
 }
 
 /// Runs the steady load against an in-process relay over `db` (its gauge interval as
@@ -143,7 +143,7 @@ async fn load(
 }
 
 /// The latency in milliseconds of every measured commit that arrived (its first arrival), sorted.
-fn latencies(commits: &[Commit], arrived: Vec<(Uuid, Instant)>) -> Vec<f64> {
+pub(crate) fn latencies(commits: &[Commit], arrived: Vec<(Uuid, Instant)>) -> Vec<f64> {
     let mut first_arrival: HashMap<Uuid, Instant> = HashMap::with_capacity(arrived.len());
     for (id, at) in arrived {
         first_arrival.entry(id).or_insert(at);

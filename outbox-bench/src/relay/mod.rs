@@ -75,7 +75,7 @@ pub(crate) use self::drain::{ANY_PENDING, RelayChild, drain_in_child};
 pub(crate) use self::fill::enqueue_spread;
 pub(crate) use self::in_process::InProcess;
 use self::latency::measure_latency;
-pub(crate) use self::latency::{RELAY_STAGES, percentile};
+pub(crate) use self::latency::{Commit, RELAY_STAGES, latencies, percentile};
 pub(crate) use self::plan::{Backlog, Plan};
 pub(crate) use self::process::{ProcessArgs, process};
 pub(crate) use self::settings::experiment;

@@ -21,7 +21,7 @@ pub(super) async fn claim<P>(shared: &Shared<P>, limit: usize, token: Uuid) -> R
         let ask = store::Ask { batch: limit, run: s.events_per_entity, low_water: shared.low_water.position() };
         let taken = store::claim(&shared.pool, ask, &s.relay_id, token, s.lease, s.sealed()).await?;
         if !taken.rows.is_empty() || !taken.corrupt.is_empty() {
-            shared.low_water.claimed();
+            shared.low_water.rows_moved();
         }
         metrics::histogram!(crate::metrics::CLAIM_SECONDS, shared.labels.clone())
             .record(started.elapsed().as_secs_f64());

@@ -50,8 +50,8 @@ const BELOW_COST_SHARE: u32 = 100;
 pub(super) struct LowWater {
     /// Positions below this are never claimed. Starts at 0: the whole queue.
     position: AtomicI64,
-    /// A claim took rows since the last look.
-    claimed: AtomicBool,
+    /// Rows left the queue's pending part since the last look (claimed, or published).
+    rows_moved: AtomicBool,
     /// A row below the low water may be due again.
     below_asked: AtomicBool,
 }
@@ -63,8 +63,8 @@ impl LowWater {
     }
 
     /// A claim took rows, or a batch's rows were published: the low water may move.
-    pub(super) fn claimed(&self) {
-        self.claimed.store(true, Ordering::SeqCst);
+    pub(super) fn rows_moved(&self) {
+        self.rows_moved.store(true, Ordering::SeqCst);
     }
 
     /// A row below the low water may be due again (an operator's action, rows released from a
@@ -143,7 +143,7 @@ impl Tracker {
             low_water.ask_below();
         }
         let behind = self.candidate.as_ref().is_none_or(|c| c.position > low_water.position());
-        let advanced = if low_water.claimed.swap(false, Ordering::SeqCst) || behind {
+        let advanced = if low_water.rows_moved.swap(false, Ordering::SeqCst) || behind {
             self.advance(pool, low_water).await
         } else {
             Ok(())

@@ -35,7 +35,7 @@ pub(super) async fn record<P>(
     if owned > 0 {
         // Rows left the queue: the low water may move past them, and no claim may follow soon to
         // say so (a look while they were in flight found them pending and kept the low water).
-        shared.low_water.claimed();
+        shared.low_water.rows_moved();
     }
     if let Some(every) = shared.settings.vacuum_after
         && shared.published_since_vacuum.fetch_add(owned, Ordering::Relaxed) + owned >= every
